@@ -1,0 +1,214 @@
+//! The job record and its retry arithmetic.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::name::{JobId, Topic};
+use crate::state::JobState;
+use crate::time::Timestamp;
+
+/// A job as delayq keeps it: what the client pushed plus where it is in its life.
+///
+/// Serialized with camelCase names and durations in milliseconds, the shape
+/// every face (REST, gRPC, webhooks) shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    /// Unique among live jobs.
+    pub id: JobId,
+    /// The queue the job belongs to.
+    pub topic: Topic,
+    /// Routing key or Kafka key when forwarded.
+    pub subtopic: Option<String>,
+    /// The payload, opaque to delayq.
+    pub body: String,
+    /// The business key; `(topic, biz_key)` is unique among live jobs.
+    pub biz_key: Option<String>,
+    /// When the job was created (client-given for mykit clients).
+    pub create_time: Timestamp,
+    /// The delay the client asked for (kept for mykit-style listings).
+    #[serde(with = "duration_ms")]
+    pub delay: Duration,
+    /// When the job is (or was) due; moved by nack and redelivery.
+    pub run_at: Timestamp,
+    /// Time to run after a pop before the job is delivered again.
+    #[serde(with = "duration_ms")]
+    pub ttr: Duration,
+    /// 0 (most urgent) to 4.
+    pub priority: u8,
+    /// Deliveries allowed after the first.
+    pub max_retries: u32,
+    /// Delays before the n-th redelivery after a nack; empty means the configured default.
+    #[serde(with = "durations_ms")]
+    pub retry_backoff: Vec<Duration>,
+    /// How long a due job may wait unpopped before it expires; zero means never.
+    #[serde(with = "duration_ms")]
+    pub ttl: Duration,
+    /// The number of the current (or next) delivery, starting at 1.
+    pub attempt: u32,
+    /// Where the job is in its life.
+    pub state: JobState,
+    /// What the consumer reported when finishing it.
+    pub result: Option<String>,
+    /// When the state last changed.
+    pub updated_at: Timestamp,
+}
+
+/// The default backoff for nacked jobs that carry none of their own:
+/// `base * 2^(n-1)` before the n-th redelivery, capped at `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The delay before the first redelivery.
+    pub base: Duration,
+    /// The longest delay.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy { base: Duration::from_secs(1), max: Duration::from_secs(3600) }
+    }
+}
+
+impl RetryPolicy {
+    /// Returns the delay before redelivery number `redelivery` (1-based).
+    pub fn exponential(&self, redelivery: u32) -> Duration {
+        let doublings = redelivery.saturating_sub(1).min(32);
+        let factor = 1u64 << doublings;
+        let millis = (self.base.as_millis() as u64).saturating_mul(factor);
+        Duration::from_millis(millis).min(self.max)
+    }
+}
+
+impl Job {
+    /// Returns whether another delivery is allowed after the current attempt.
+    pub fn has_retries_left(&self) -> bool {
+        // attempt counts deliveries (1-based); retries used so far = attempt - 1.
+        self.attempt.saturating_sub(1) < self.max_retries
+    }
+
+    /// Returns the delay before the next redelivery after a nack of the current attempt.
+    pub fn backoff(&self, default: &RetryPolicy) -> Duration {
+        let redelivery = self.attempt.max(1);
+        match self.retry_backoff.as_slice() {
+            [] => default.exponential(redelivery),
+            backoff => {
+                let index = (redelivery as usize - 1).min(backoff.len() - 1);
+                backoff[index]
+            }
+        }
+    }
+
+    /// Returns when this job expires if it is still unpopped, if it has a ttl.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        (!self.ttl.is_zero()).then(|| self.run_at.plus(self.ttl))
+    }
+}
+
+/// Serde for a `Duration` as integer milliseconds.
+pub mod duration_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Serializes as milliseconds.
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(value.as_millis() as u64)
+    }
+
+    /// Deserializes from milliseconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
+    }
+}
+
+/// Serde for a list of `Duration`s as integer milliseconds.
+pub mod durations_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Serializes as a list of milliseconds.
+    pub fn serialize<S: Serializer>(values: &[Duration], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(values.iter().map(|value| value.as_millis() as u64))
+    }
+
+    /// Deserializes from a list of milliseconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Duration>, D::Error> {
+        Vec::<u64>::deserialize(deserializer).map(|values| values.into_iter().map(Duration::from_millis).collect())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn sample_job() -> Job {
+        Job {
+            id: JobId::parse("1").unwrap(),
+            topic: Topic::parse("t").unwrap(),
+            subtopic: None,
+            body: "b".into(),
+            biz_key: None,
+            create_time: Timestamp::from_millis(1_000),
+            delay: Duration::ZERO,
+            run_at: Timestamp::from_millis(1_000),
+            ttr: Duration::from_secs(30),
+            priority: 1,
+            max_retries: 2,
+            retry_backoff: Vec::new(),
+            ttl: Duration::ZERO,
+            attempt: 1,
+            state: JobState::Delay,
+            result: None,
+            updated_at: Timestamp::from_millis(1_000),
+        }
+    }
+
+    #[test]
+    fn retries_count_deliveries_after_the_first() {
+        let mut job = sample_job();
+        assert!(job.has_retries_left());
+        job.attempt = 2;
+        assert!(job.has_retries_left());
+        job.attempt = 3;
+        assert!(!job.has_retries_left(), "max_retries = 2 allows attempts 1, 2 and 3");
+        job.max_retries = 0;
+        job.attempt = 1;
+        assert!(!job.has_retries_left());
+    }
+
+    #[test]
+    fn explicit_backoff_repeats_its_last_entry() {
+        let mut job = sample_job();
+        job.retry_backoff = vec![Duration::from_millis(100), Duration::from_millis(500)];
+        let policy = RetryPolicy::default();
+        let delays: Vec<u64> = (1..=4)
+            .map(|attempt| {
+                job.attempt = attempt;
+                job.backoff(&policy).as_millis() as u64
+            })
+            .collect();
+        assert_eq!(delays, [100, 500, 500, 500]);
+    }
+
+    #[test]
+    fn default_backoff_is_exponential_and_capped() {
+        let policy = RetryPolicy { base: Duration::from_millis(100), max: Duration::from_millis(1_000) };
+        let delays: Vec<u64> = (1..=6).map(|n| policy.exponential(n).as_millis() as u64).collect();
+        assert_eq!(delays, [100, 200, 400, 800, 1_000, 1_000]);
+        assert_eq!(policy.exponential(u32::MAX), Duration::from_millis(1_000));
+    }
+
+    #[test]
+    fn serializes_camel_case_with_milliseconds() {
+        let value = serde_json::to_value(sample_job()).unwrap();
+        assert_eq!(value["runAt"], 1_000);
+        assert_eq!(value["ttr"], 30_000);
+        assert_eq!(value["state"], "delay");
+        assert_eq!(value["bizKey"], serde_json::Value::Null);
+        let back: Job = serde_json::from_value(value).unwrap();
+        assert_eq!(back, sample_job());
+    }
+}

@@ -1,0 +1,29 @@
+//! The delayq job model shared by every crate: jobs, their states and legal
+//! transitions, the validation of a push, ids and the error kinds.
+//!
+//! Must not do I/O.
+//!
+//! Layout:
+//! - [`time`]: epoch-millisecond instants ([`Timestamp`]).
+//! - [`name`]: validated names ([`JobId`], [`Topic`]).
+//! - [`snowflake`]: the 64-bit id generator.
+//! - [`state`]: [`JobState`] and its state machine.
+//! - [`job`]: the [`Job`] record and its retry arithmetic.
+//! - [`push`]: parsing and validating a push request ([`PushRequest`]).
+//! - [`error`]: [`ErrorKind`], the one classification of failures.
+
+pub mod error;
+pub mod job;
+pub mod name;
+pub mod push;
+pub mod snowflake;
+pub mod state;
+pub mod time;
+
+pub use error::{ErrorKind, InvalidField};
+pub use job::{Job, RetryPolicy};
+pub use name::{JobId, Topic};
+pub use push::{Due, JobDefaults, Limits, PushRequest, TimeUnit};
+pub use snowflake::Snowflake;
+pub use state::JobState;
+pub use time::Timestamp;

@@ -1,0 +1,127 @@
+//! Validated names: job ids and topics share one charset.
+
+use std::borrow::Borrow;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::InvalidField;
+
+/// The longest id or topic accepted.
+pub const MAX_NAME_LEN: usize = 128;
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')
+}
+
+/// Checks the id/topic charset and length, naming `field` in the error.
+pub fn validate_name(field: &'static str, value: &str) -> Result<(), InvalidField> {
+    if value.is_empty() {
+        return Err(InvalidField::new(field, "must not be empty"));
+    }
+    if value.len() > MAX_NAME_LEN {
+        return Err(InvalidField::new(field, format!("must be at most {MAX_NAME_LEN} characters")));
+    }
+    if !value.chars().all(is_name_char) {
+        return Err(InvalidField::new(field, "may only contain A-Z a-z 0-9 . _ : -"));
+    }
+    Ok(())
+}
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident, $field:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates and wraps a name.
+            ///
+            /// # Errors
+            /// When the value is empty, too long or outside the charset.
+            pub fn parse(value: impl Into<String>) -> Result<$name, InvalidField> {
+                let value = value.into();
+                validate_name($field, &value)?;
+                Ok($name(value))
+            }
+
+            /// Returns the name as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidField;
+            fn try_from(value: String) -> Result<Self, Self::Error> {
+                $name::parse(value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+name_type!(
+    /// A job id: given by the client or a generated snowflake in decimal.
+    JobId,
+    "id"
+);
+name_type!(
+    /// A topic: the queue a job belongs to.
+    Topic,
+    "topic"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_documented_charset() {
+        assert!(Topic::parse("order.timeout_v2:eu-west").is_ok());
+        assert!(JobId::parse("A".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn rejects_bad_names_naming_the_field() {
+        let empty = Topic::parse("").unwrap_err();
+        assert_eq!(empty.to_string(), "topic must not be empty");
+        let long = JobId::parse("a".repeat(129)).unwrap_err();
+        assert_eq!(long.to_string(), "id must be at most 128 characters");
+        for bad in ["a b", "a/b", "ä", "a\n", "a*"] {
+            assert_eq!(Topic::parse(bad).unwrap_err().field, "topic", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn deserialization_validates() {
+        let bad: Result<Topic, _> = serde_json::from_str("\"no spaces\"");
+        assert!(bad.is_err());
+        let good: Topic = serde_json::from_str("\"ok\"").unwrap();
+        assert_eq!(good.as_str(), "ok");
+    }
+}

@@ -1,0 +1,62 @@
+//! The errors of the delay queue and its scheduler backends.
+
+use delayq_common::{ErrorKind, InvalidField, JobId, JobState, Topic};
+use delayq_store::{BoxError, StoreError};
+
+/// Why a queue operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The request is invalid; nothing changed.
+    #[error(transparent)]
+    Invalid(#[from] InvalidField),
+    /// No live job with this id.
+    #[error("no live job {0}")]
+    NotFound(JobId),
+    /// No live job of the topic has this business key.
+    #[error("no live job of topic {topic} has bizKey {biz_key}")]
+    BizKeyNotFound {
+        /// The topic.
+        topic: Topic,
+        /// The business key.
+        biz_key: String,
+    },
+    /// The job is in a state that does not allow the operation.
+    #[error("job {id} is {state}")]
+    WrongState {
+        /// The job.
+        id: JobId,
+        /// Its current state.
+        state: JobState,
+    },
+    /// The id or business key is held by a live job.
+    #[error("{0}")]
+    Conflict(String),
+    /// The scheduler backend cannot be reached.
+    #[error("{backend} is unavailable")]
+    Unavailable {
+        /// `memory`, `redis`.
+        backend: &'static str,
+        /// What the driver said.
+        #[source]
+        source: BoxError,
+    },
+    /// The durable store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl QueueError {
+    /// Returns how a caller should classify this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            QueueError::Invalid(invalid) => invalid.kind(),
+            QueueError::NotFound(_) | QueueError::BizKeyNotFound { .. } => ErrorKind::NotFound,
+            QueueError::WrongState { .. } | QueueError::Conflict(_) => ErrorKind::Conflict,
+            QueueError::Unavailable { .. } => ErrorKind::Unavailable,
+            QueueError::Store(store) => store.kind(),
+        }
+    }
+}
+
+/// The result of a queue or scheduler operation.
+pub type QueueResult<T> = Result<T, QueueError>;

@@ -1,0 +1,3 @@
+//! The in-process scheduler backend.
+/// The in-process scheduler.
+pub struct MemoryScheduler;

@@ -1,0 +1,132 @@
+//! The `Scheduler` trait: the hot state of the queue (delay buckets, ready
+//! queues, reservations), kept apart from the durable store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use tokio::sync::Notify;
+
+use crate::error::QueueResult;
+
+/// How many jobs of a topic are in each live state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicStats {
+    /// The topic.
+    pub topic: Topic,
+    /// Jobs waiting for their due time.
+    pub delay: u64,
+    /// Due jobs waiting for a consumer.
+    pub ready: u64,
+    /// Jobs handed to a consumer.
+    pub reserved: u64,
+}
+
+/// What one round of the timer did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Promotion {
+    /// Every job whose state changed, as it is after the change: `ready`
+    /// (promoted or redelivered after its ttr), `dead` (out of retries) or
+    /// `expired` (ttl passed while ready).
+    pub changed: Vec<Job>,
+    /// The earliest instant at which something will be due next, if anything is scheduled.
+    pub next_due: Option<Timestamp>,
+    /// Whether due work was left over because the batch was full.
+    pub more: bool,
+}
+
+/// The scheduling half of the queue.
+///
+/// Contract every backend keeps:
+/// - It holds only live jobs (`delay`, `ready`, `reserved`) and never touches the store.
+/// - Every method is atomic with respect to every other call, from this node or
+///   another: no interleaving loses, duplicates or resurrects a job.
+/// - A job becomes `ready` no earlier than its `run_at`; among jobs ready at the
+///   same time a lower `priority` number is reserved first, then earlier `run_at`.
+/// - [`Scheduler::reserve`] moves a ready job to `reserved` and arms its ttr at
+///   `now + ttr`; [`Scheduler::promote_due`] redelivers it (`ready`, `attempt + 1`)
+///   or marks it `dead` when [`Job::has_retries_left`] is false.
+/// - A `ready` job with a ttl that is still unpopped at `run_at + ttl` becomes `expired`.
+/// - Jobs that end (`finished`, `deleted`, `dead`, `expired`) are removed.
+#[async_trait]
+pub trait Scheduler: Send + Sync + 'static {
+    /// Returns the backend name (`memory`, `redis`).
+    fn backend(&self) -> &'static str;
+
+    /// Adds a new job: `ready` when its `run_at` has passed, else `delay`.
+    ///
+    /// # Errors
+    /// [`crate::QueueError::Conflict`] when a live job has this id.
+    async fn schedule(&self, job: &Job) -> QueueResult<()>;
+
+    /// Adds several new jobs, each judged alone (backends may pipeline them).
+    async fn schedule_batch(&self, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            outcomes.push(self.schedule(job).await);
+        }
+        Ok(outcomes)
+    }
+
+    /// Adds a job from the store unless the scheduler already holds it; returns whether it was added.
+    ///
+    /// A job stored as `reserved` comes back `ready` (its consumer's reservation is not known).
+    async fn restore(&self, job: &Job) -> QueueResult<bool>;
+
+    /// Replaces a waiting (`delay` or `ready`) job atomically; returns the job as scheduled.
+    ///
+    /// # Errors
+    /// `NotFound` when absent; `WrongState` when it is `reserved`.
+    async fn replace(&self, job: &Job) -> QueueResult<Job>;
+
+    /// Reserves up to `count` ready jobs of `topic`, waiting up to `wait` for the first.
+    ///
+    /// Returns the jobs as reserved (`state = reserved`); empty when none came in time.
+    async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>>;
+
+    /// Ends a reserved job; returns it as it was.
+    ///
+    /// # Errors
+    /// `NotFound` when absent; `WrongState` when it is not `reserved`.
+    async fn finish(&self, id: &JobId) -> QueueResult<Job>;
+
+    /// Gives a reserved job back: `delay` (or `ready`) after `delay` with `attempt + 1`,
+    /// or `dead` when it has no retries left; returns it after the change.
+    async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job>;
+
+    /// Restarts the ttr clock of a reserved job; returns it after the change.
+    async fn touch(&self, id: &JobId) -> QueueResult<Job>;
+
+    /// Removes a live job in any state; returns it as it was.
+    async fn delete(&self, id: &JobId) -> QueueResult<Job>;
+
+    /// Returns the live job with this id.
+    async fn get(&self, id: &JobId) -> QueueResult<Option<Job>>;
+
+    /// Promotes what is due at `now`, at most `max_batch` jobs: delayed jobs to
+    /// ready, expired reservations to ready or dead, stale ready jobs to expired.
+    async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion>;
+
+    /// Returns the signal raised when a job due sooner than the last reported
+    /// `next_due` may have arrived; the timer waits on it.
+    fn wakeup(&self) -> Arc<Notify>;
+
+    /// Returns the live counts per topic.
+    async fn stats(&self) -> QueueResult<Vec<TopicStats>>;
+
+    /// Removes every job; returns how many there were.
+    async fn clear(&self) -> QueueResult<u64>;
+
+    /// Checks that the backend answers.
+    async fn ping(&self) -> QueueResult<()>;
+}
+
+/// Returns the live state a job enters when (re)scheduled at `now`.
+pub fn waiting_state(run_at: Timestamp, now: Timestamp) -> JobState {
+    if run_at <= now {
+        JobState::Ready
+    } else {
+        JobState::Delay
+    }
+}

@@ -1,0 +1,490 @@
+//! The `DelayQueue` service: every operation, implemented once, over a
+//! [`JobStore`] (the source of truth) and a [`Scheduler`] (the hot state).
+//!
+//! Write order: anything a client is told succeeded is committed to the
+//! store first and applied to the scheduler second. A crash between the two
+//! leaves the store ahead of the scheduler, which restore repairs; never the
+//! other way round for an acknowledged write.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{
+    InvalidField, Job, JobDefaults, JobId, JobState, Limits, PushRequest, RetryPolicy, Snowflake, Timestamp, Topic,
+};
+use delayq_store::{JobStore, ListCursor, LogEntry, StateChange, StateCount};
+use tracing::{info, instrument, warn};
+
+use crate::error::{QueueError, QueueResult};
+use crate::metrics as queue_metrics;
+use crate::scheduler::{Promotion, Scheduler, TopicStats};
+
+/// The most jobs one pop may return.
+pub const MAX_POP_COUNT: usize = 100;
+/// The longest a pop may wait.
+pub const MAX_POP_WAIT: Duration = Duration::from_secs(30);
+/// The most jobs one batch push may carry.
+pub const MAX_BATCH_PUSH: usize = 1000;
+
+/// The knobs of the queue that come from configuration.
+#[derive(Clone, Debug)]
+pub struct QueueSettings {
+    /// Size limits of a push.
+    pub limits: Limits,
+    /// Values for options a push leaves out.
+    pub defaults: JobDefaults,
+    /// The nack backoff of jobs that carry none.
+    pub retry: RetryPolicy,
+    /// The most jobs one timer round promotes.
+    pub promote_batch: usize,
+    /// How many jobs restore reads from the store at a time.
+    pub restore_batch: usize,
+}
+
+impl Default for QueueSettings {
+    fn default() -> QueueSettings {
+        QueueSettings {
+            limits: Limits::default(),
+            defaults: JobDefaults::default(),
+            retry: RetryPolicy::default(),
+            promote_batch: 1000,
+            restore_batch: 1000,
+        }
+    }
+}
+
+/// What a successful push returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pushed {
+    /// The job's id (generated when the push gave none).
+    pub id: JobId,
+    /// When it is due.
+    pub run_at: Timestamp,
+}
+
+/// A job with its history, as `GET /jobs/{id}` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobDetails {
+    /// The job, with its freshest state.
+    pub job: Job,
+    /// Its state changes, oldest first.
+    pub history: Vec<LogEntry>,
+}
+
+/// One page of a listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobPage {
+    /// The jobs, oldest due first.
+    pub jobs: Vec<Job>,
+    /// Where the next page starts, when this one was full.
+    pub next: Option<ListCursor>,
+}
+
+/// Counts for `/stats`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Live jobs per topic, from the scheduler.
+    pub live: Vec<TopicStats>,
+    /// Jobs per topic and state, from the store.
+    pub stored: Vec<StateCount>,
+    /// The scheduler backend.
+    pub scheduler: &'static str,
+    /// The store backend.
+    pub store: &'static str,
+}
+
+/// The delay queue: push, pop, finish, nack, touch, delete, restore, ...
+pub struct DelayQueue {
+    scheduler: Arc<dyn Scheduler>,
+    store: Arc<dyn JobStore>,
+    ids: Snowflake,
+    settings: QueueSettings,
+}
+
+impl DelayQueue {
+    /// Creates the service over a scheduler and a store.
+    pub fn new(
+        scheduler: Arc<dyn Scheduler>,
+        store: Arc<dyn JobStore>,
+        ids: Snowflake,
+        settings: QueueSettings,
+    ) -> DelayQueue {
+        DelayQueue { scheduler, store, ids, settings }
+    }
+
+    /// Returns the configured settings.
+    pub fn settings(&self) -> &QueueSettings {
+        &self.settings
+    }
+
+    /// Returns the scheduler backend.
+    pub fn scheduler(&self) -> &Arc<dyn Scheduler> {
+        &self.scheduler
+    }
+
+    /// Returns the store backend.
+    pub fn store(&self) -> &Arc<dyn JobStore> {
+        &self.store
+    }
+
+    /// Adds one job, or updates a waiting one when the push says `replace`.
+    ///
+    /// The job is durable in the store before this returns `Ok`.
+    #[instrument(skip_all, fields(topic = %request.topic))]
+    pub async fn push(&self, request: PushRequest) -> QueueResult<Pushed> {
+        let now = Timestamp::now();
+        if request.replace {
+            if let Some(existing) = self.find_replace_target(&request).await? {
+                return self.replace(existing, request, now).await;
+            }
+        }
+        let job = self.new_job(request, now)?;
+        let pushed = Pushed { id: job.id.clone(), run_at: job.run_at };
+        let mut outcomes = self.store.insert(vec![job.clone()]).await?;
+        if let Some(Err(refused)) = outcomes.pop() {
+            return Err(refused.into());
+        }
+        self.scheduler.schedule(&job).await?;
+        queue_metrics::record_pushes(1);
+        Ok(pushed)
+    }
+
+    /// Adds several jobs, each judged alone, sharing one store commit.
+    ///
+    /// # Errors
+    /// The outer error only when no job could be written at all.
+    #[instrument(skip_all, fields(jobs = requests.len()))]
+    pub async fn push_batch(
+        &self,
+        requests: Vec<Result<PushRequest, InvalidField>>,
+    ) -> QueueResult<Vec<QueueResult<Pushed>>> {
+        let now = Timestamp::now();
+        let mut outcomes: Vec<QueueResult<Pushed>> = Vec::with_capacity(requests.len());
+        let mut jobs = Vec::new();
+        let mut slots = Vec::new();
+        for request in requests {
+            let request = match request {
+                Ok(request) => request,
+                Err(invalid) => {
+                    outcomes.push(Err(invalid.into()));
+                    continue;
+                }
+            };
+            if request.replace {
+                // A replace needs its own read-check-write; it is rare in batches.
+                outcomes.push(self.push(request).await);
+                continue;
+            }
+            match self.new_job(request, now) {
+                Ok(job) => {
+                    slots.push(outcomes.len());
+                    outcomes.push(Ok(Pushed { id: job.id.clone(), run_at: job.run_at }));
+                    jobs.push(job);
+                }
+                Err(error) => outcomes.push(Err(error)),
+            }
+        }
+        if jobs.is_empty() {
+            return Ok(outcomes);
+        }
+        let stored = self.store.insert(jobs.clone()).await?;
+        let mut accepted = Vec::with_capacity(jobs.len());
+        let mut accepted_slots = Vec::with_capacity(jobs.len());
+        for ((job, slot), outcome) in jobs.into_iter().zip(slots).zip(stored) {
+            match outcome {
+                Ok(()) => {
+                    accepted.push(job);
+                    accepted_slots.push(slot);
+                }
+                Err(refused) => outcomes[slot] = Err(refused.into()),
+            }
+        }
+        let scheduled = self.scheduler.schedule_batch(&accepted).await?;
+        let mut pushed = 0;
+        for (slot, outcome) in accepted_slots.into_iter().zip(scheduled) {
+            match outcome {
+                Ok(()) => pushed += 1,
+                Err(error) => outcomes[slot] = Err(error),
+            }
+        }
+        queue_metrics::record_pushes(pushed);
+        Ok(outcomes)
+    }
+
+    /// Reserves up to `count` ready jobs of `topic`, waiting up to `wait` for the first.
+    #[instrument(skip(self))]
+    pub async fn pop(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
+        let count = count.clamp(1, MAX_POP_COUNT);
+        let jobs = self.scheduler.reserve(topic, count, wait.min(MAX_POP_WAIT)).await?;
+        if jobs.is_empty() {
+            return Ok(jobs);
+        }
+        let now = Timestamp::now();
+        for job in &jobs {
+            queue_metrics::record_delivery(job.run_at, now);
+        }
+        self.store.journal(jobs.iter().map(|job| StateChange::of(job, now)).collect());
+        Ok(jobs)
+    }
+
+    /// Acknowledges a reserved job, storing the consumer's result.
+    #[instrument(skip(self, result))]
+    pub async fn finish(&self, id: &JobId, result: Option<String>) -> QueueResult<Job> {
+        let mut job = self.live_job(id).await?;
+        require_reserved(&job)?;
+        let now = Timestamp::now();
+        job.state = JobState::Finished;
+        job.result = result;
+        job.updated_at = now;
+        self.store.record(vec![StateChange::of(&job, now)]).await?;
+        match self.scheduler.finish(id).await {
+            Ok(_) => {}
+            // Its ttr ran out between the check and now; the client's ack still wins.
+            Err(QueueError::WrongState { .. }) => self.forget_in_scheduler(id).await?,
+            Err(QueueError::NotFound(_)) => {}
+            Err(error) => return Err(error),
+        }
+        queue_metrics::record_finish();
+        Ok(job)
+    }
+
+    /// Gives a reserved job back for a retry after `delay` (or its backoff).
+    #[instrument(skip(self))]
+    pub async fn nack(&self, id: &JobId, delay: Option<Duration>) -> QueueResult<Job> {
+        let job = self.live_job(id).await?;
+        require_reserved(&job)?;
+        let delay = delay.unwrap_or_else(|| job.backoff(&self.settings.retry));
+        if delay > self.settings.limits.max_delay {
+            return Err(InvalidField::new(
+                "delay",
+                format!("must be at most {} ms", self.settings.limits.max_delay.as_millis()),
+            )
+            .into());
+        }
+        let now = Timestamp::now();
+        let expected = nacked(&job, delay, now);
+        self.store.record(vec![StateChange::of(&expected, now)]).await?;
+        let nacked_job = self.scheduler.nack(id, delay).await?;
+        queue_metrics::record_nack();
+        Ok(nacked_job)
+    }
+
+    /// Restarts the ttr clock of a reserved job.
+    #[instrument(skip(self))]
+    pub async fn touch(&self, id: &JobId) -> QueueResult<Job> {
+        let job = self.scheduler.touch(id).await?;
+        Ok(job)
+    }
+
+    /// Cancels a live job in any state.
+    #[instrument(skip(self))]
+    pub async fn delete(&self, id: &JobId) -> QueueResult<Job> {
+        let mut job = match self.scheduler.get(id).await? {
+            Some(job) => job,
+            // The scheduler may have lost it (restart, outage): the store decides.
+            None => match self.store.get(id).await? {
+                Some(job) if job.state.is_live() => job,
+                _ => return Err(QueueError::NotFound(id.clone())),
+            },
+        };
+        let now = Timestamp::now();
+        job.state = JobState::Deleted;
+        job.updated_at = now;
+        self.store.record(vec![StateChange::of(&job, now)]).await?;
+        self.forget_in_scheduler(id).await?;
+        queue_metrics::record_delete();
+        Ok(job)
+    }
+
+    /// Returns the id of the live job of `topic` with business key `biz_key`.
+    pub async fn resolve_biz_key(&self, topic: &Topic, biz_key: &str) -> QueueResult<JobId> {
+        match self.store.find_live_by_biz_key(topic, biz_key).await? {
+            Some(job) => Ok(job.id),
+            None => Err(QueueError::BizKeyNotFound { topic: topic.clone(), biz_key: biz_key.to_owned() }),
+        }
+    }
+
+    /// Returns a job in any state with its history.
+    pub async fn get(&self, id: &JobId) -> QueueResult<JobDetails> {
+        let Some(mut job) = self.store.get(id).await? else {
+            return Err(QueueError::NotFound(id.clone()));
+        };
+        if job.state.is_live() {
+            // The scheduler is ahead of the background journal.
+            if let Ok(Some(live)) = self.scheduler.get(id).await {
+                job.state = live.state;
+                job.attempt = live.attempt;
+                job.run_at = live.run_at;
+            }
+        }
+        let history = self.store.history(id).await?;
+        Ok(JobDetails { job, history })
+    }
+
+    /// Lists a topic's jobs in a state, oldest due first.
+    pub async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        cursor: Option<ListCursor>,
+    ) -> QueueResult<JobPage> {
+        self.store.flush().await?;
+        let jobs = self.store.list(topic, state, limit, cursor.as_ref()).await?;
+        let next = (jobs.len() == limit)
+            .then(|| jobs.last().map(|last| ListCursor { run_at: last.run_at, id: last.id.clone() }))
+            .flatten();
+        Ok(JobPage { jobs, next })
+    }
+
+    /// Schedules again every live job of the store; with `skip_overdue`, leaves out
+    /// jobs whose due time has passed. Returns how many jobs are scheduled.
+    ///
+    /// Idempotent: a job the scheduler already holds is left as it is.
+    #[instrument(skip(self))]
+    pub async fn restore(&self, skip_overdue: bool) -> QueueResult<u64> {
+        let now = Timestamp::now();
+        let mut after: Option<JobId> = None;
+        let mut scheduled = 0u64;
+        let mut added = 0u64;
+        loop {
+            let page = self.store.live_jobs(after.as_ref(), self.settings.restore_batch).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id.clone());
+            for job in &page {
+                if skip_overdue && job.run_at < now {
+                    continue;
+                }
+                scheduled += 1;
+                if self.scheduler.restore(job).await? {
+                    added += 1;
+                }
+            }
+        }
+        if added > 0 {
+            info!(scheduled, added, "restored jobs from the store");
+            queue_metrics::record_restored(added);
+        }
+        Ok(scheduled)
+    }
+
+    /// Schedules one job again from the store.
+    pub async fn restore_job(&self, id: &JobId) -> QueueResult<Job> {
+        let Some(job) = self.store.get(id).await? else {
+            return Err(QueueError::NotFound(id.clone()));
+        };
+        if !job.state.is_live() {
+            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
+        }
+        if self.scheduler.restore(&job).await? {
+            queue_metrics::record_restored(1);
+        }
+        Ok(job)
+    }
+
+    /// Deletes every live job; returns how many there were.
+    #[instrument(skip(self))]
+    pub async fn clear_all(&self) -> QueueResult<u64> {
+        let deleted = self.store.delete_all_live(Timestamp::now()).await?;
+        let cleared = self.scheduler.clear().await?;
+        warn!(deleted = deleted.len(), cleared, "cleared every live job");
+        Ok((deleted.len() as u64).max(cleared))
+    }
+
+    /// Runs one timer round at `now` and journals what changed.
+    pub async fn promote_due(&self, now: Timestamp) -> QueueResult<Promotion> {
+        let promotion = self.scheduler.promote_due(now, self.settings.promote_batch).await?;
+        if !promotion.changed.is_empty() {
+            queue_metrics::record_promotion(&promotion.changed);
+            self.store.journal(promotion.changed.iter().map(|job| StateChange::of(job, now)).collect());
+        }
+        Ok(promotion)
+    }
+
+    /// Returns the counts for `/stats`.
+    pub async fn stats(&self) -> QueueResult<QueueStats> {
+        let live = self.scheduler.stats().await?;
+        let stored = self.store.counts().await?;
+        Ok(QueueStats { live, stored, scheduler: self.scheduler.backend(), store: self.store.backend() })
+    }
+
+    /// Checks each backend; returns the name and outcome of each.
+    pub async fn check_backends(&self) -> Vec<(&'static str, QueueResult<()>)> {
+        let scheduler = self.scheduler.ping().await;
+        let store = self.store.ping().await.map_err(QueueError::from);
+        vec![(self.scheduler.backend(), scheduler), (self.store.backend(), store)]
+    }
+
+    /// Flushes the journal and closes the store.
+    pub async fn close(&self) {
+        self.store.close().await;
+    }
+
+    fn new_job(&self, request: PushRequest, now: Timestamp) -> QueueResult<Job> {
+        let id = match request.id.clone() {
+            Some(id) => id,
+            None => JobId::parse(self.ids.next_id().to_string())?,
+        };
+        Ok(request.into_job(id, now, &self.settings.defaults))
+    }
+
+    async fn find_replace_target(&self, request: &PushRequest) -> QueueResult<Option<Job>> {
+        if let Some(id) = &request.id {
+            if let Some(job) = self.scheduler.get(id).await? {
+                return Ok(Some(job));
+            }
+        }
+        if let Some(biz_key) = &request.biz_key {
+            return Ok(self.store.find_live_by_biz_key(&request.topic, biz_key).await?);
+        }
+        Ok(None)
+    }
+
+    async fn replace(&self, existing: Job, request: PushRequest, now: Timestamp) -> QueueResult<Pushed> {
+        if !matches!(existing.state, JobState::Delay | JobState::Ready) {
+            return Err(QueueError::WrongState { id: existing.id, state: existing.state });
+        }
+        if existing.topic != request.topic {
+            return Err(QueueError::Conflict(format!("job {} belongs to topic {}", existing.id, existing.topic)));
+        }
+        let mut job = request.into_job(existing.id.clone(), now, &self.settings.defaults);
+        job.attempt = existing.attempt;
+        self.store.replace(job.clone()).await?;
+        let scheduled = self.scheduler.replace(&job).await?;
+        queue_metrics::record_pushes(1);
+        Ok(Pushed { id: scheduled.id, run_at: scheduled.run_at })
+    }
+
+    async fn live_job(&self, id: &JobId) -> QueueResult<Job> {
+        self.scheduler.get(id).await?.ok_or_else(|| QueueError::NotFound(id.clone()))
+    }
+
+    async fn forget_in_scheduler(&self, id: &JobId) -> QueueResult<()> {
+        match self.scheduler.delete(id).await {
+            Ok(_) | Err(QueueError::NotFound(_)) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+fn require_reserved(job: &Job) -> QueueResult<()> {
+    if job.state == JobState::Reserved {
+        Ok(())
+    } else {
+        Err(QueueError::WrongState { id: job.id.clone(), state: job.state })
+    }
+}
+
+/// Returns the job as a nack at `now` with `delay` leaves it.
+fn nacked(job: &Job, delay: Duration, now: Timestamp) -> Job {
+    let mut next = job.clone();
+    next.updated_at = now;
+    if !job.has_retries_left() {
+        next.state = JobState::Dead;
+        return next;
+    }
+    next.attempt += 1;
+    next.run_at = now.plus(delay);
+    next.state = crate::scheduler::waiting_state(next.run_at, now);
+    next
+}

@@ -1,0 +1,16 @@
+//! The durable delayq job store: the [`JobStore`] trait and its SQL backends.
+//!
+//! Must not know Redis or the scheduler.
+//!
+//! Layout:
+//! - [`store`]: the [`JobStore`] trait, its errors and record types.
+//! - [`sqlite`]: the SQLite backend (embedded deployment).
+//! - `testsuite` (feature `testsuite`): the conformance suite every backend runs.
+
+pub mod sqlite;
+pub mod store;
+#[cfg(feature = "testsuite")]
+pub mod testsuite;
+
+pub use sqlite::SqliteStore;
+pub use store::{BoxError, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};

@@ -1,0 +1,3 @@
+//! The SQLite backend.
+/// The SQLite store.
+pub struct SqliteStore;

@@ -1,0 +1,194 @@
+//! The `JobStore` trait: the durable source of truth for every job.
+
+use std::error::Error as StdError;
+
+use async_trait::async_trait;
+use delayq_common::{ErrorKind, Job, JobId, JobState, Timestamp, Topic};
+
+/// A boxed error from a driver, kept as the source of [`StoreError::Unavailable`].
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A live job already has this id.
+    #[error("job {0} already exists")]
+    IdTaken(JobId),
+    /// A live job of the topic already has this business key.
+    #[error("bizKey {biz_key} of topic {topic} is taken by live job {id}")]
+    BizKeyTaken {
+        /// The topic.
+        topic: Topic,
+        /// The business key.
+        biz_key: String,
+        /// The live job holding it (empty when the backend cannot tell).
+        id: String,
+    },
+    /// No such job (or no live one where a live one is required).
+    #[error("no job {0}")]
+    NotFound(JobId),
+    /// The database cannot be reached or refused the operation.
+    #[error("{backend} is unavailable")]
+    Unavailable {
+        /// `sqlite` or `mysql`.
+        backend: &'static str,
+        /// What the driver said.
+        #[source]
+        source: BoxError,
+    },
+    /// A row could not be read back into a job (a bug or a hand-edited row).
+    #[error("stored job is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Returns how a caller should classify this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::IdTaken(_) | StoreError::BizKeyTaken { .. } => ErrorKind::Conflict,
+            StoreError::NotFound(_) => ErrorKind::NotFound,
+            StoreError::Unavailable { .. } => ErrorKind::Unavailable,
+            StoreError::Corrupt(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// One state change of one job, as it is written to `job` and `job_log`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateChange {
+    /// The job.
+    pub id: JobId,
+    /// The state it entered.
+    pub state: JobState,
+    /// Its attempt number after the change.
+    pub attempt: u32,
+    /// Its due time after the change.
+    pub run_at: Timestamp,
+    /// When the change happened.
+    pub at: Timestamp,
+    /// The consumer's result, for `finished`.
+    pub result: Option<String>,
+}
+
+impl StateChange {
+    /// Describes `job` as it is now (its state, attempt and due time) at `at`.
+    pub fn of(job: &Job, at: Timestamp) -> StateChange {
+        StateChange {
+            id: job.id.clone(),
+            state: job.state,
+            attempt: job.attempt,
+            run_at: job.run_at,
+            at,
+            result: job.result.clone(),
+        }
+    }
+}
+
+/// One line of a job's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    /// The state entered.
+    pub state: JobState,
+    /// The attempt number after the change.
+    pub attempt: u32,
+    /// When.
+    pub at: Timestamp,
+    /// Which node recorded it.
+    pub node: String,
+}
+
+/// Where a listing continues: after the job with this due time and id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListCursor {
+    /// The due time of the last job returned.
+    pub run_at: Timestamp,
+    /// The id of the last job returned.
+    pub id: JobId,
+}
+
+/// How many jobs of a topic are in a state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateCount {
+    /// The topic.
+    pub topic: Topic,
+    /// The state.
+    pub state: JobState,
+    /// The number of jobs.
+    pub count: u64,
+}
+
+/// The durable job store: one row per job (`job`) and one per transition (`job_log`).
+///
+/// Contract every backend keeps:
+/// - A write that returns `Ok` is durable (committed); concurrent writes may share
+///   one transaction (group commit), but each caller's outcome is its own.
+/// - Writes are applied in the order they were submitted from one process,
+///   [`JobStore::journal`] included, so a background journal entry submitted
+///   before a durable write is never applied after it.
+/// - `id` is unique among live jobs: inserting over a terminal row replaces it
+///   (the history continues); `(topic, biz_key)` is unique among live jobs.
+/// - Every successful insert and state change appends a `job_log` row.
+/// - The store never knows the scheduler.
+#[async_trait]
+pub trait JobStore: Send + Sync + 'static {
+    /// Returns the backend name (`sqlite`, `mysql`).
+    fn backend(&self) -> &'static str;
+
+    /// Inserts new jobs durably, each judged alone.
+    ///
+    /// # Errors
+    /// The outer error when nothing could be written (the database is down);
+    /// an inner [`StoreError::IdTaken`] or [`StoreError::BizKeyTaken`] per refused job.
+    async fn insert(&self, jobs: Vec<Job>) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+
+    /// Overwrites the content of a live job (a `replace` push) durably.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when no live job has this id;
+    /// [`StoreError::BizKeyTaken`] when the new business key is held by another live job.
+    async fn replace(&self, job: Job) -> Result<(), StoreError>;
+
+    /// Records state changes durably; returns once they are committed.
+    async fn record(&self, changes: Vec<StateChange>) -> Result<(), StoreError>;
+
+    /// Records state changes in the background, after everything submitted before.
+    ///
+    /// Failed background writes are retried until they succeed or the store is closed.
+    fn journal(&self, changes: Vec<StateChange>);
+
+    /// Waits until every change submitted so far is committed.
+    async fn flush(&self) -> Result<(), StoreError>;
+
+    /// Returns the job with this id, in whatever state.
+    async fn get(&self, id: &JobId) -> Result<Option<Job>, StoreError>;
+
+    /// Returns the job's history, oldest first.
+    async fn history(&self, id: &JobId) -> Result<Vec<LogEntry>, StoreError>;
+
+    /// Returns the live job of `topic` with this business key.
+    async fn find_live_by_biz_key(&self, topic: &Topic, biz_key: &str) -> Result<Option<Job>, StoreError>;
+
+    /// Lists jobs of a topic in a state, oldest due first, after `cursor`.
+    async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        cursor: Option<&ListCursor>,
+    ) -> Result<Vec<Job>, StoreError>;
+
+    /// Returns up to `limit` live jobs with ids after `after` (ordered by id), for restore.
+    async fn live_jobs(&self, after: Option<&JobId>, limit: usize) -> Result<Vec<Job>, StoreError>;
+
+    /// Marks every live job deleted at `at` (journaled); returns their ids.
+    async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError>;
+
+    /// Counts jobs per topic and state.
+    async fn counts(&self) -> Result<Vec<StateCount>, StoreError>;
+
+    /// Checks that the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Flushes the journal and closes the connections.
+    async fn close(&self);
+}
