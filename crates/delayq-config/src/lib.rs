@@ -1,1 +1,14 @@
-//! placeholder
+//! The one typed delayq configuration, layered with figment: defaults <
+//! `config/delayq.toml` (or `--config FILE`) < `DELAYQ_*` environment variables.
+//!
+//! Must not be read anywhere else: other crates receive their own sub-struct.
+//!
+//! Layout:
+//! - [`model`]: the config structs and their defaults.
+//! - [`load`]: layering and validation.
+
+pub mod load;
+pub mod model;
+
+pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
+pub use model::{AuthConfig, Config, JobsConfig, LimitsConfig, SchedulerConfig, ServerConfig, StoreConfig, ZookeeperConfig};

@@ -1,0 +1,213 @@
+//! Layering (defaults < TOML file < environment) and validation.
+
+use std::path::{Path, PathBuf};
+
+use delayq_common::push::{MAX_PRIORITY, MAX_TTR, MIN_TTR};
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+
+use crate::model::Config;
+
+/// The file read when no `--config` is given and it exists.
+pub const DEFAULT_CONFIG_PATH: &str = "config/delayq.toml";
+
+/// The flat `DELAYQ_*` variables of the API contract and the keys they set.
+const FLAT_VARIABLES: [(&str, &str); 7] = [
+    ("http_addr", "server.http_addr"),
+    ("grpc_addr", "server.grpc_addr"),
+    ("data_dir", "server.data_dir"),
+    ("node_id", "server.node_id"),
+    ("redis_url", "scheduler.redis_url"),
+    ("database_url", "store.database_url"),
+    ("zookeeper", "zookeeper.connect"),
+];
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file given with `--config` does not exist.
+    #[error("config file {0} does not exist")]
+    MissingFile(PathBuf),
+    /// A source could not be parsed or has unknown keys.
+    #[error("invalid configuration: {0}")]
+    Parse(#[from] Box<figment::Error>),
+    /// A value is out of range.
+    #[error("invalid configuration: {key} {reason}")]
+    Invalid {
+        /// The dotted key (`limits.max_body_bytes`).
+        key: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Config {
+    /// Loads the configuration: defaults, then the file (`path`, or
+    /// [`DEFAULT_CONFIG_PATH`] when it exists), then the environment.
+    ///
+    /// # Errors
+    /// A missing explicit file, a parse error naming the key, or an invalid value.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let file = match path {
+            Some(path) if !path.is_file() => return Err(ConfigError::MissingFile(path.to_owned())),
+            Some(path) => Some(path.to_owned()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|path| path.is_file()),
+        };
+        Config::from_figment(Config::figment(file.as_deref()))
+    }
+
+    /// Returns the layered sources without extracting them.
+    pub fn figment(file: Option<&Path>) -> Figment {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        figment.merge(environment())
+    }
+
+    /// Extracts and validates a configuration from any figment (tests inject values here).
+    ///
+    /// # Errors
+    /// A parse error naming the key, or an invalid value.
+    pub fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let config: Config = figment.extract().map_err(Box::new)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks value ranges that types alone do not.
+    ///
+    /// # Errors
+    /// The first invalid value, naming its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, reason: String| Err(ConfigError::Invalid { key, reason });
+        if self.server.http_addr.parse::<std::net::SocketAddr>().is_err() {
+            return invalid("server.http_addr", format!("must be host:port, got {:?}", self.server.http_addr));
+        }
+        if self.server.grpc_addr != "off" && self.server.grpc_addr.parse::<std::net::SocketAddr>().is_err() {
+            return invalid("server.grpc_addr", format!("must be host:port or off, got {:?}", self.server.grpc_addr));
+        }
+        if let Some(url) = &self.store.database_url {
+            if !(url.starts_with("sqlite:") || url.starts_with("mysql://") || url.starts_with("mariadb://")) {
+                return invalid("store.database_url", "must start with sqlite: or mysql://".to_owned());
+            }
+        }
+        if let Some(url) = &self.scheduler.redis_url {
+            if url.split(',').any(|seed| !(seed.trim().starts_with("redis://") || seed.trim().starts_with("rediss://"))) {
+                return invalid("scheduler.redis_url", "must be redis:// URLs separated by commas".to_owned());
+            }
+        }
+        if self.scheduler.promote_batch == 0 {
+            return invalid("scheduler.promote_batch", "must be at least 1".to_owned());
+        }
+        if self.limits.max_body_bytes == 0 || self.limits.max_body_bytes > self.limits.max_request_bytes {
+            return invalid("limits.max_body_bytes", "must be from 1 to limits.max_request_bytes".to_owned());
+        }
+        let ttr = std::time::Duration::from_millis(self.jobs.ttr_ms);
+        if !(MIN_TTR..=MAX_TTR).contains(&ttr) {
+            return invalid("jobs.ttr_ms", format!("must be from {} to {}", MIN_TTR.as_millis(), MAX_TTR.as_millis()));
+        }
+        if self.jobs.priority > MAX_PRIORITY {
+            return invalid("jobs.priority", format!("must be from 0 to {MAX_PRIORITY}"));
+        }
+        if self.jobs.retry_base_ms > self.jobs.retry_max_ms {
+            return invalid("jobs.retry_base_ms", "must not exceed jobs.retry_max_ms".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// `DELAYQ_HTTP_ADDR`-style flat variables, plus `DELAYQ_SECTION__KEY` for any key.
+///
+/// Other `DELAYQ_*` variables (the test suite's `DELAYQ_TEST_*`, say) are ignored.
+fn environment() -> Env {
+    Env::prefixed("DELAYQ_")
+        .filter(|key| {
+            let key = key.as_str().to_ascii_lowercase();
+            key.contains("__") || FLAT_VARIABLES.iter().any(|(flat, _)| *flat == key)
+        })
+        .map(|key| {
+            let key = key.as_str().to_ascii_lowercase();
+            match FLAT_VARIABLES.iter().find(|(flat, _)| *flat == key) {
+                Some((_, dotted)) => (*dotted).into(),
+                None => key.replace("__", ".").into(),
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use figment::Jail;
+
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_embedded_single_node() {
+        // Inside a jail: it serializes with the tests that set variables.
+        Jail::expect_with(|_jail| {
+            let config = Config::from_figment(Config::figment(None)).expect("defaults are valid");
+            assert_eq!(config.server.http_addr, "127.0.0.1:8080");
+            assert_eq!(config.server.grpc_addr, "127.0.0.1:9090");
+            assert_eq!(config.scheduler.redis_url, None);
+            assert_eq!(config.store.database_url, None);
+            assert_eq!(config.limits.max_body_bytes, 65_536);
+            assert_eq!(config.jobs.max_retries, 10);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn file_overrides_defaults_and_environment_overrides_file() {
+        Jail::expect_with(|jail| {
+            jail.create_file("delayq.toml", "[server]\nhttp_addr = \"127.0.0.1:7000\"\n[limits]\nmax_body_bytes = 10\n")?;
+            jail.set_env("DELAYQ_HTTP_ADDR", "127.0.0.1:0");
+            jail.set_env("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379");
+            jail.set_env("DELAYQ_JOBS__MAX_RETRIES", "3");
+            jail.set_env("DELAYQ_TEST_REDIS_URL", "redis://ignored");
+            let config = Config::load(Some(Path::new("delayq.toml"))).expect("valid");
+            assert_eq!(config.server.http_addr, "127.0.0.1:0");
+            assert_eq!(config.limits.max_body_bytes, 10);
+            assert_eq!(config.scheduler.redis_url.as_deref(), Some("redis://127.0.0.1:6379"));
+            assert_eq!(config.jobs.max_retries, 3);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        Jail::expect_with(|jail| {
+            jail.create_file("delayq.toml", "[server]\nhttp_adr = \"x\"\n")?;
+            let error = Config::load(Some(Path::new("delayq.toml"))).expect_err("unknown key");
+            assert!(error.to_string().contains("http_adr"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_annotated_example_holds_exactly_the_defaults() {
+        let example = include_str!("../../../config/delayq.toml");
+        let figment = Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(example));
+        let config = Config::from_figment(figment).expect("the example is valid");
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn missing_explicit_file_is_an_error() {
+        let error = Config::load(Some(Path::new("/nonexistent/delayq.toml"))).expect_err("missing");
+        assert!(matches!(error, ConfigError::MissingFile(_)));
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        Jail::expect_with(|jail| {
+            jail.set_env("DELAYQ_HTTP_ADDR", "nonsense");
+            let error = Config::load(None).expect_err("bad address");
+            assert!(error.to_string().contains("server.http_addr"), "{error}");
+            jail.set_env("DELAYQ_HTTP_ADDR", "127.0.0.1:0");
+            jail.set_env("DELAYQ_DATABASE_URL", "postgres://x");
+            let error = Config::load(None).expect_err("bad url");
+            assert!(error.to_string().contains("store.database_url"), "{error}");
+            Ok(())
+        });
+    }
+}

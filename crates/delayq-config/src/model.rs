@@ -1,0 +1,213 @@
+//! The configuration structs, with every default a named constant.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use delayq_common::{JobDefaults, Limits, RetryPolicy};
+use serde::{Deserialize, Serialize};
+
+/// The default REST listen address.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
+/// The default gRPC listen address.
+pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:9090";
+/// The default directory of the embedded store.
+pub const DEFAULT_DATA_DIR: &str = "./data";
+/// How long a graceful shutdown may take before the process gives up waiting.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
+/// The default number of jobs one timer round promotes.
+pub const DEFAULT_PROMOTE_BATCH: usize = 1_000;
+/// The default largest HTTP request body (a batch of 1000 jobs with small bodies fits).
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+/// The default ZooKeeper root node.
+pub const DEFAULT_ZOOKEEPER_ROOT: &str = "/delayq";
+/// The default ZooKeeper session timeout.
+pub const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS: u64 = 6_000;
+
+/// The whole configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Listen addresses, data directory, node identity.
+    pub server: ServerConfig,
+    /// The scheduler backend.
+    pub scheduler: SchedulerConfig,
+    /// The durable store backend.
+    pub store: StoreConfig,
+    /// Leader election.
+    pub zookeeper: ZookeeperConfig,
+    /// Request and job size limits.
+    pub limits: LimitsConfig,
+    /// Defaults for job options a push leaves out.
+    pub jobs: JobsConfig,
+    /// Bearer-token authentication.
+    pub auth: AuthConfig,
+}
+
+/// Listen addresses, data directory, node identity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The REST listen address (`DELAYQ_HTTP_ADDR`).
+    pub http_addr: String,
+    /// The gRPC listen address (`DELAYQ_GRPC_ADDR`).
+    pub grpc_addr: String,
+    /// Where the embedded store keeps its SQLite file (`DELAYQ_DATA_DIR`).
+    pub data_dir: PathBuf,
+    /// This node's name; its snowflake worker id is derived from it (`DELAYQ_NODE_ID`).
+    pub node_id: Option<String>,
+    /// How long a graceful shutdown may take, in ms.
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            http_addr: DEFAULT_HTTP_ADDR.to_owned(),
+            grpc_addr: DEFAULT_GRPC_ADDR.to_owned(),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            node_id: None,
+            shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Returns the REST listen address.
+    pub fn http_socket_addr(&self) -> Result<SocketAddr, std::net::AddrParseError> {
+        self.http_addr.parse()
+    }
+
+    /// Returns the shutdown deadline.
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_millis(self.shutdown_timeout_ms)
+    }
+}
+
+/// The scheduler backend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// `redis://…` (several comma-separated = Redis Cluster); unset: in-process (`DELAYQ_REDIS_URL`).
+    pub redis_url: Option<String>,
+    /// The most jobs one timer round promotes.
+    pub promote_batch: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> SchedulerConfig {
+        SchedulerConfig { redis_url: None, promote_batch: DEFAULT_PROMOTE_BATCH }
+    }
+}
+
+/// The durable store backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `mysql://…` or `sqlite://…`; unset: SQLite in the data directory (`DELAYQ_DATABASE_URL`).
+    pub database_url: Option<String>,
+}
+
+/// Leader election through ZooKeeper.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ZookeeperConfig {
+    /// The connect string; unset: standalone (`DELAYQ_ZOOKEEPER`).
+    pub connect: Option<String>,
+    /// The root node under which delayq keeps its election and members.
+    pub root: String,
+    /// The session timeout, in ms.
+    pub session_timeout_ms: u64,
+}
+
+impl Default for ZookeeperConfig {
+    fn default() -> ZookeeperConfig {
+        ZookeeperConfig {
+            connect: None,
+            root: DEFAULT_ZOOKEEPER_ROOT.to_owned(),
+            session_timeout_ms: DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS,
+        }
+    }
+}
+
+/// Request and job size limits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// The largest job body, in bytes (413 above it).
+    pub max_body_bytes: usize,
+    /// The longest delay, in ms.
+    pub max_delay_ms: u64,
+    /// The largest HTTP request body, in bytes (413 above it).
+    pub max_request_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> LimitsConfig {
+        let limits = Limits::default();
+        LimitsConfig {
+            max_body_bytes: limits.max_body_bytes,
+            max_delay_ms: limits.max_delay.as_millis() as u64,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// Returns the limits a push is checked against.
+    pub fn job_limits(&self) -> Limits {
+        Limits { max_body_bytes: self.max_body_bytes, max_delay: Duration::from_millis(self.max_delay_ms) }
+    }
+}
+
+/// Defaults for job options a push leaves out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobsConfig {
+    /// The default ttr, in ms.
+    pub ttr_ms: u64,
+    /// The default priority (0 most urgent, 4 least).
+    pub priority: u8,
+    /// The default number of redeliveries after the first delivery.
+    pub max_retries: u32,
+    /// The nack backoff before the first redelivery, in ms; it doubles each time.
+    pub retry_base_ms: u64,
+    /// The longest nack backoff, in ms.
+    pub retry_max_ms: u64,
+}
+
+impl Default for JobsConfig {
+    fn default() -> JobsConfig {
+        let defaults = JobDefaults::default();
+        let retry = RetryPolicy::default();
+        JobsConfig {
+            ttr_ms: defaults.ttr.as_millis() as u64,
+            priority: defaults.priority,
+            max_retries: defaults.max_retries,
+            retry_base_ms: retry.base.as_millis() as u64,
+            retry_max_ms: retry.max.as_millis() as u64,
+        }
+    }
+}
+
+impl JobsConfig {
+    /// Returns the job defaults.
+    pub fn job_defaults(&self) -> JobDefaults {
+        JobDefaults { ttr: Duration::from_millis(self.ttr_ms), priority: self.priority, max_retries: self.max_retries }
+    }
+
+    /// Returns the default nack backoff.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy { base: Duration::from_millis(self.retry_base_ms), max: Duration::from_millis(self.retry_max_ms) }
+    }
+}
+
+/// Bearer-token authentication; off while both lists are empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Tokens that may use every route but the admin ones.
+    pub tokens: Vec<String>,
+    /// Tokens that may use every route, admin ones (`/reStore*`, `/clearAll`) included.
+    pub admin_tokens: Vec<String>,
+}

@@ -1,0 +1,86 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// A delay-queue server: push a job with a delay, get it back when it is due.
+#[derive(Debug, Parser)]
+#[command(name = "delayq", version, about)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Runs the server (embedded single node unless configured otherwise).
+    Serve(ServeArgs),
+    #[command(flatten)]
+    Client(ClientCommand),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// A TOML config file (default: config/delayq.toml when it exists).
+    #[arg(long, short)]
+    pub(crate) config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClientCommand {
+    /// Pushes one job.
+    Push {
+        #[command(flatten)]
+        server: ServerArg,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// The body.
+        #[arg(long)]
+        body: String,
+        /// The delay in milliseconds.
+        #[arg(long, default_value_t = 0)]
+        delay: u64,
+        /// An id of your own.
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Reserves ready jobs of a topic.
+    Pop {
+        #[command(flatten)]
+        server: ServerArg,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// How many jobs at most.
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+        /// How long to wait for the first, in milliseconds.
+        #[arg(long, default_value_t = 0)]
+        timeout: u64,
+    },
+    /// Acknowledges a reserved job.
+    Finish {
+        #[command(flatten)]
+        server: ServerArg,
+        /// The job id.
+        #[arg(long)]
+        id: String,
+    },
+    /// Shows the server's counts.
+    Stats {
+        #[command(flatten)]
+        server: ServerArg,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServerArg {
+    /// The server's base URL.
+    #[arg(long, env = "DELAYQ_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub(crate) server: String,
+    /// A bearer token, when the server has auth on.
+    #[arg(long, env = "DELAYQ_TOKEN")]
+    pub(crate) token: Option<String>,
+}

@@ -1,0 +1,125 @@
+//! `delayq serve`: wiring and graceful shutdown.
+//!
+//! Start: config, store, scheduler, restore from the store, timer, listeners.
+//! Stop (SIGINT/SIGTERM): the root token is cancelled, the listeners stop
+//! accepting and drain, the timer stops, the journal is flushed and the
+//! store closed, all under the configured deadline.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::Context;
+use delayq_config::Config;
+use delayq_queue::{run_timer, DelayQueue, QueueSettings};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+use tracing_subscriber::EnvFilter;
+
+use crate::backends::{build_scheduler, build_store};
+use crate::cli::ServeArgs;
+use crate::node::NodeIdentity;
+
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = Config::load(args.config.as_deref())?;
+    install_tracing();
+    let metrics = install_metrics()?;
+    let node = NodeIdentity::resolve(config.server.node_id.as_deref());
+    info!(node = %node.name, worker_id = node.worker_id, "starting delayq");
+
+    let store = build_store(&config, &node.name).await?;
+    let scheduler = build_scheduler(&config).await?;
+    let settings = QueueSettings {
+        limits: config.limits.job_limits(),
+        defaults: config.jobs.job_defaults(),
+        retry: config.jobs.retry_policy(),
+        promote_batch: config.scheduler.promote_batch,
+        ..QueueSettings::default()
+    };
+    let ids = delayq_common::Snowflake::new(node.worker_id);
+    let queue = Arc::new(DelayQueue::new(scheduler, store, ids, settings));
+
+    // Restore before serving, so that no request races the rebuild.
+    let restored = queue.restore(false).await.context("failed to restore jobs from the store")?;
+    info!(restored, "scheduler rebuilt from the store");
+
+    let root = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    tasks.spawn(run_timer(Arc::clone(&queue), root.child_token()));
+
+    let listener = TcpListener::bind(&config.server.http_addr)
+        .await
+        .with_context(|| format!("failed to listen on {}", config.server.http_addr))?;
+    let http_addr = listener.local_addr().context("failed to read the bound address")?;
+    let app = crate::serve::http_app(Arc::clone(&queue), &config, metrics);
+    let http_shutdown = root.child_token();
+    let http_server = tokio::spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(http_shutdown.cancelled_owned()).await
+    });
+    announce(&format!("delayq listening http={http_addr} grpc=off"))?;
+
+    tokio::spawn(cancel_on_signal(root.clone()));
+    root.cancelled().await;
+    info!("shutting down");
+    let deadline = config.server.shutdown_timeout();
+    let drained = tokio::time::timeout(deadline, async {
+        match http_server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => warn!(error = %error, "http server stopped with an error"),
+            Err(error) => warn!(error = %error, "http server task failed"),
+        }
+        tasks.close();
+        tasks.wait().await;
+    })
+    .await;
+    if drained.is_err() {
+        warn!(timeout_ms = deadline.as_millis() as u64, "shutdown deadline passed, closing anyway");
+    }
+    queue.close().await;
+    info!("stopped");
+    Ok(())
+}
+
+fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle) -> axum::Router {
+    let _ = (queue, config, metrics);
+    axum::Router::new()
+}
+
+/// Prints the one line scripts wait for, and flushes it.
+fn announce(line: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}").context("failed to write to stdout")?;
+    stdout.flush().context("failed to flush stdout")?;
+    Ok(())
+}
+
+fn install_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Logs go to stderr: stdout carries the listening line.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+    PrometheusBuilder::new().install_recorder().context("failed to install the metrics recorder")
+}
+
+async fn cancel_on_signal(root: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                warn!(error = %error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
+        () = terminate => info!("SIGTERM received"),
+    }
+    root.cancel();
+}

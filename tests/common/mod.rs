@@ -1,0 +1,138 @@
+//! Starts a real `delayq serve` process on port 0 and talks to it over HTTP.
+
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A running server process.
+pub struct Server {
+    child: Child,
+    pub base_url: String,
+    pub data_dir: PathBuf,
+    log_path: PathBuf,
+}
+
+impl Server {
+    /// Starts `delayq serve` with its data in `data_dir`, plus extra environment.
+    pub async fn start(data_dir: &Path, env: &[(&str, &str)]) -> Server {
+        let log_path = data_dir.join(format!("server-{}.log", now_ms()));
+        let log = std::fs::File::create(&log_path).expect("create server log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_delayq"));
+        command
+            .arg("serve")
+            .current_dir(data_dir)
+            .env("DELAYQ_HTTP_ADDR", "127.0.0.1:0")
+            .env("DELAYQ_GRPC_ADDR", "127.0.0.1:0")
+            .env("DELAYQ_DATA_DIR", data_dir.join("data"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn delayq serve");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("server did not announce itself; log: {}", read(&log_path)))
+            .expect("read stdout")
+            .unwrap_or_else(|| panic!("server exited before listening; log: {}", read(&log_path)));
+        let http = line
+            .strip_prefix("delayq listening http=")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        assert!(line.contains(" grpc="), "the listening line names the grpc address: {line}");
+        // Keep draining stdout so the server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Server { child, base_url: format!("http://{http}"), data_dir: data_dir.to_owned(), log_path }
+    }
+
+    /// Returns the process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    /// Kills the process with SIGKILL and waits for it.
+    pub async fn kill9(mut self) {
+        self.child.kill().await.expect("kill -9");
+    }
+
+    /// Sends SIGTERM and waits for the exit; returns whether it exited successfully.
+    pub async fn terminate(mut self) -> bool {
+        let pid = self.pid().to_string();
+        let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+        assert!(sent.success());
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("server stops within 30 s of SIGTERM")
+            .expect("wait");
+        status.success()
+    }
+
+    /// Returns the server's log so far.
+    pub fn log(&self) -> String {
+        read(&self.log_path)
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.base_url)
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Epoch milliseconds, the clock every delayq time uses.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as u64
+}
+
+/// A thin HTTP client returning (status, envelope).
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base_url: String,
+}
+
+impl Client {
+    pub fn new(base_url: &str) -> Client {
+        let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("client");
+        Client { http, base_url: base_url.to_owned() }
+    }
+
+    pub async fn post(&self, path_and_query: &str, body: &Value) -> Result<(u16, Value), reqwest::Error> {
+        let response = self.http.post(format!("{}{path_and_query}", self.base_url)).json(body).send().await?;
+        envelope(response).await
+    }
+
+    pub async fn post_empty(&self, path_and_query: &str) -> Result<(u16, Value), reqwest::Error> {
+        let response = self.http.post(format!("{}{path_and_query}", self.base_url)).send().await?;
+        envelope(response).await
+    }
+
+    pub async fn get(&self, path_and_query: &str) -> Result<(u16, Value), reqwest::Error> {
+        let response = self.http.get(format!("{}{path_and_query}", self.base_url)).send().await?;
+        envelope(response).await
+    }
+
+    pub async fn get_text(&self, path: &str) -> Result<(u16, String), reqwest::Error> {
+        let response = self.http.get(format!("{}{path}", self.base_url)).send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await?))
+    }
+}
+
+async fn envelope(response: reqwest::Response) -> Result<(u16, Value), reqwest::Error> {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await?;
+    Ok((status, body))
+}
