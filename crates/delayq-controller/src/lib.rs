@@ -1,1 +1,30 @@
-//! placeholder
+//! The delayq REST API of `API.md` over [`delayq_queue::DelayQueue`]: routes,
+//! the `{success, message, data}` envelope, auth, limits and `/metrics`.
+//!
+//! Must not hold business logic beyond parsing requests and mapping results and errors.
+//!
+//! Layout:
+//! - [`app`]: [`router`], [`AppState`], [`ControllerConfig`] and the role seam ([`RoleProvider`]).
+//! - [`error`]: the envelope and [`ApiError`], the one mapping of failures to statuses.
+//! - `extract`: query, JSON body and path extractors that reject with an [`ApiError`].
+//! - `views`: the JSON shapes of jobs in responses.
+//! - `jobs`: push, batch push, pop, finish, nack, touch, delete and lookups.
+//! - `youzan`: the `topic/{topic}/job` aliases (durations in seconds).
+//! - `admin`: `/reStore`, `/reStoreJob`, `/clearAll`.
+//! - `ops`: `/health`, `/ready`, `/stats`, `/metrics`.
+//! - `auth`: bearer tokens; [`layers`]: fallbacks, panics, HTTP metrics.
+
+pub mod app;
+pub mod error;
+pub mod layers;
+
+mod admin;
+mod auth;
+mod extract;
+mod jobs;
+mod ops;
+mod views;
+mod youzan;
+
+pub use app::{router, AppState, ControllerConfig, Role, RoleInfo, RoleProvider, DEFAULT_MAX_REQUEST_BYTES};
+pub use error::ApiError;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use delayq_config::Config;
+use delayq_controller::{router, AppState, ControllerConfig, RoleInfo, RoleProvider};
 use delayq_queue::{run_timer, DelayQueue, QueueSettings};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
@@ -53,7 +54,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("failed to listen on {}", config.server.http_addr))?;
     let http_addr = listener.local_addr().context("failed to read the bound address")?;
-    let app = crate::serve::http_app(Arc::clone(&queue), &config, metrics);
+    let app = http_app(Arc::clone(&queue), &config, metrics, &node);
     let http_shutdown = root.child_token();
     let http_server = tokio::spawn(async move {
         axum::serve(listener, app).with_graceful_shutdown(http_shutdown.cancelled_owned()).await
@@ -82,9 +83,16 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle) -> axum::Router {
-    let _ = (queue, config, metrics);
-    axum::Router::new()
+fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle, node: &NodeIdentity) -> axum::Router {
+    let controller_config = ControllerConfig {
+        tokens: config.auth.tokens.clone(),
+        admin_tokens: config.auth.admin_tokens.clone(),
+        max_request_bytes: config.limits.max_request_bytes,
+        metrics,
+    };
+    let standalone = RoleInfo::standalone(node.name.clone());
+    let role: RoleProvider = Arc::new(move || standalone.clone());
+    router(AppState::new(queue, controller_config).with_role(role))
 }
 
 /// Prints the one line scripts wait for, and flushes it.

@@ -1,0 +1,168 @@
+//! The router and the state every handler shares.
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{get, post};
+use axum::Router;
+use delayq_queue::DelayQueue;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Serialize;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::{admin, auth, jobs, layers, ops, youzan};
+
+/// The default largest request body, in bytes: room for a full batch of small jobs.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+
+/// What the REST face needs from configuration.
+#[derive(Clone)]
+pub struct ControllerConfig {
+    /// Bearer tokens accepted on every route but `/health`. Auth is off when
+    /// this and `admin_tokens` are both empty.
+    pub tokens: Vec<String>,
+    /// Bearer tokens that may also call the admin routes (`/reStore`,
+    /// `/reStoreJob`, `/clearAll`); they are accepted everywhere else too.
+    pub admin_tokens: Vec<String>,
+    /// The largest request body accepted; larger requests get `413`.
+    pub max_request_bytes: usize,
+    /// The handle `/metrics` renders; the binary installs its recorder.
+    pub metrics: PrometheusHandle,
+}
+
+impl ControllerConfig {
+    /// Creates a configuration with auth off and the default request limit.
+    pub fn new(metrics: PrometheusHandle) -> ControllerConfig {
+        ControllerConfig {
+            tokens: Vec::new(),
+            admin_tokens: Vec::new(),
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            metrics,
+        }
+    }
+
+    /// Returns whether requests must carry a token.
+    pub fn auth_enabled(&self) -> bool {
+        !self.tokens.is_empty() || !self.admin_tokens.is_empty()
+    }
+}
+
+impl fmt::Debug for ControllerConfig {
+    /// Shows how many tokens there are, never the tokens.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ControllerConfig")
+            .field("tokens", &self.tokens.len())
+            .field("admin_tokens", &self.admin_tokens.len())
+            .field("max_request_bytes", &self.max_request_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// This node's place in the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Runs the timers and forwarders.
+    Leader,
+    /// Serves the API while another node leads.
+    Follower,
+    /// A single node without coordination.
+    Standalone,
+}
+
+/// The role, leader and members `/stats` shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RoleInfo {
+    /// This node's role.
+    pub role: Role,
+    /// The leader's node name, when known.
+    pub leader: Option<String>,
+    /// The names of the nodes taking part.
+    pub members: Vec<String>,
+}
+
+impl RoleInfo {
+    /// Describes a standalone node named `node`.
+    pub fn standalone(node: impl Into<String>) -> RoleInfo {
+        let node = node.into();
+        RoleInfo { role: Role::Standalone, leader: Some(node.clone()), members: vec![node] }
+    }
+}
+
+/// Where `/stats` reads the role from: called on every request, so it must be
+/// cheap (e.g. `move || receiver.borrow().clone()` over a `watch` channel).
+pub type RoleProvider = Arc<dyn Fn() -> RoleInfo + Send + Sync>;
+
+/// The state shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    /// The queue every operation goes to.
+    pub(crate) queue: Arc<DelayQueue>,
+    /// Auth, limits and the metrics handle.
+    pub(crate) config: Arc<ControllerConfig>,
+    /// The current role, for `/stats`.
+    pub(crate) role: RoleProvider,
+}
+
+impl AppState {
+    /// Creates the state of a standalone node (use [`AppState::with_role`] in a cluster).
+    pub fn new(queue: Arc<DelayQueue>, config: ControllerConfig) -> AppState {
+        let standalone = RoleInfo { role: Role::Standalone, leader: None, members: Vec::new() };
+        let role: RoleProvider = Arc::new(move || standalone.clone());
+        AppState { queue, config: Arc::new(config), role }
+    }
+
+    /// Replaces the role provider.
+    pub fn with_role(mut self, role: RoleProvider) -> AppState {
+        self.role = role;
+        self
+    }
+
+    /// Returns the queue.
+    pub fn queue(&self) -> &Arc<DelayQueue> {
+        &self.queue
+    }
+}
+
+/// Builds the REST API of `API.md` over `state`.
+pub fn router(state: AppState) -> Router {
+    let open_routes = Router::new().route("/health", get(ops::health));
+    let user_routes = user_routes().route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+    let admin_routes = Router::new()
+        .route("/reStore", get(admin::restore).post(admin::restore))
+        .route("/reStoreJob", get(admin::restore_job).post(admin::restore_job))
+        .route("/clearAll", get(admin::clear_all).post(admin::clear_all))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_admin));
+    let max_request_bytes = state.config.max_request_bytes;
+    open_routes
+        .merge(user_routes)
+        .merge(admin_routes)
+        .fallback(layers::route_not_found)
+        .method_not_allowed_fallback(layers::method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_request_bytes))
+        .layer(CatchPanicLayer::custom(layers::panic_response))
+        .layer(middleware::from_fn(layers::record_http_metrics))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+fn user_routes() -> Router<AppState> {
+    Router::new()
+        .route("/push", post(jobs::push))
+        .route("/push/batch", post(jobs::push_batch))
+        .route("/pop", get(jobs::pop).post(jobs::pop))
+        .route("/finish", post(jobs::finish))
+        .route("/nack", post(jobs::nack))
+        .route("/touch", post(jobs::touch))
+        .route("/delete", get(jobs::delete).post(jobs::delete))
+        .route("/jobs", get(jobs::find))
+        .route("/jobs/{id}", get(jobs::get_job))
+        .route("/topic/{topic}/job", post(youzan::push).get(youzan::pop))
+        .route("/topic/{topic}/job/{id}", axum::routing::delete(youzan::delete).put(youzan::finish))
+        .route("/stats", get(ops::stats))
+        .route("/ready", get(ops::ready))
+        .route("/metrics", get(ops::metrics))
+}

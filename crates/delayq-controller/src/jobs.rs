@@ -1,0 +1,177 @@
+//! The job endpoints: push, batch push, pop, finish, nack, touch, delete and lookups.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use delayq_common::{ErrorKind, JobId, Limits, PushRequest, TimeUnit, Timestamp};
+use delayq_queue::service::{MAX_BATCH_PUSH, MAX_POP_COUNT, MAX_POP_WAIT};
+use delayq_queue::{Pushed, QueueError, QueueResult};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::app::AppState;
+use crate::error::{ok, public_message, ApiError, ApiResult};
+use crate::extract::{parse_job_id, ApiPath, JsonObject, OptionalJsonObject, Params};
+use crate::views::{decode_cursor, IdView, JobView, NackedView, PageView, PoppedJob, PushedView};
+
+/// The default page size of `GET /jobs`.
+const DEFAULT_LIST_LIMIT: u64 = 100;
+/// The largest page size of `GET /jobs`.
+const MAX_LIST_LIMIT: u64 = 1000;
+
+/// `POST /push`: adds one job (or replaces a waiting one).
+pub(crate) async fn push(State(state): State<AppState>, JsonObject(fields): JsonObject) -> ApiResult {
+    let request = parse_push(&state, Value::Object(fields), TimeUnit::Millis)?;
+    let pushed = state.queue.push(request).await?;
+    ok(PushedView::from(pushed))
+}
+
+/// Validates one push given as a JSON value, in the given duration unit.
+pub(crate) fn parse_push(state: &AppState, value: Value, unit: TimeUnit) -> Result<PushRequest, ApiError> {
+    Ok(PushRequest::from_json(&value, unit, &limits(state), Timestamp::now())?)
+}
+
+fn limits(state: &AppState) -> Limits {
+    state.queue.settings().limits
+}
+
+/// One entry of a batch answer: the pushed job or why it was refused.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum BatchItem {
+    Pushed(PushedView),
+    Refused { error: String },
+}
+
+/// `POST /push/batch`: `{"jobs": [...]}`, each job judged alone; answers in order.
+pub(crate) async fn push_batch(State(state): State<AppState>, JsonObject(mut fields): JsonObject) -> ApiResult {
+    let entries = match fields.remove("jobs") {
+        None | Some(Value::Null) => return Err(ApiError::invalid("jobs is required")),
+        Some(Value::Array(entries)) => entries,
+        Some(_) => return Err(ApiError::invalid("jobs must be an array")),
+    };
+    if entries.len() > MAX_BATCH_PUSH {
+        return Err(ApiError::invalid(format!("jobs must have at most {MAX_BATCH_PUSH} entries")));
+    }
+    let now = Timestamp::now();
+    let limits = limits(&state);
+    let requests = entries.iter().map(|entry| PushRequest::from_json(entry, TimeUnit::Millis, &limits, now)).collect();
+    let outcomes = state.queue.push_batch(requests).await?;
+    let items: Vec<BatchItem> = outcomes.into_iter().map(batch_item).collect();
+    ok(items)
+}
+
+fn batch_item(outcome: QueueResult<Pushed>) -> BatchItem {
+    match outcome {
+        Ok(pushed) => BatchItem::Pushed(pushed.into()),
+        Err(error) => BatchItem::Refused { error: public_message(&error) },
+    }
+}
+
+/// `GET|POST /pop?topic=&count=&timeout=`: reserves up to `count` ready jobs.
+pub(crate) async fn pop(State(state): State<AppState>, params: Params) -> ApiResult {
+    let topic = params.topic()?;
+    let count = params.integer_in("count", 1, MAX_POP_COUNT as u64, 1)?;
+    let max_wait_ms = MAX_POP_WAIT.as_millis() as u64;
+    let timeout_ms = params.integer_in("timeout", 0, max_wait_ms, 0)?;
+    let jobs = state.queue.pop(&topic, count as usize, Duration::from_millis(timeout_ms)).await?;
+    ok(jobs.into_iter().map(PoppedJob::from).collect::<Vec<_>>())
+}
+
+/// `POST /finish?jobId=`: acknowledges a reserved job, with an optional `{"result"}`.
+pub(crate) async fn finish(
+    State(state): State<AppState>,
+    params: Params,
+    OptionalJsonObject(fields): OptionalJsonObject,
+) -> ApiResult {
+    let id = params.job_id()?;
+    let result = finish_result(fields)?;
+    finish_job(&state, &id, result).await
+}
+
+/// Reads the optional `result` of a finish body.
+pub(crate) fn finish_result(fields: Option<Map<String, Value>>) -> Result<Option<String>, ApiError> {
+    match fields.and_then(|mut fields| fields.remove("result")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(result)) => Ok(Some(result)),
+        Some(_) => Err(ApiError::invalid("result must be a string")),
+    }
+}
+
+/// Finishes a job, saying "not reserved" when it is in another state.
+pub(crate) async fn finish_job(state: &AppState, id: &JobId, result: Option<String>) -> ApiResult {
+    state.queue.finish(id, result).await.map_err(not_reserved)?;
+    ok(IdView::of(id))
+}
+
+/// `POST /nack?jobId=&delay=`: gives a reserved job back for a retry.
+pub(crate) async fn nack(State(state): State<AppState>, params: Params) -> ApiResult {
+    let id = params.job_id()?;
+    let delay = params.optional_millis("delay")?;
+    let job = state.queue.nack(&id, delay).await.map_err(not_reserved)?;
+    ok(NackedView::from(job))
+}
+
+/// `POST /touch?jobId=`: restarts the ttr clock of a reserved job.
+pub(crate) async fn touch(State(state): State<AppState>, params: Params) -> ApiResult {
+    let id = params.job_id()?;
+    state.queue.touch(&id).await.map_err(not_reserved)?;
+    ok(IdView::of(&id))
+}
+
+/// `GET|POST /delete?jobId=` or `?topic=&bizKey=`: cancels a live job.
+pub(crate) async fn delete(State(state): State<AppState>, params: Params) -> ApiResult {
+    let id = match params.optional_job_id()? {
+        Some(id) => id,
+        None if params.get("topic").is_some() || params.get("bizKey").is_some() => {
+            let topic = params.topic()?;
+            let biz_key = params.required("bizKey")?;
+            state.queue.resolve_biz_key(&topic, biz_key).await?
+        }
+        None => return Err(ApiError::invalid("jobId is required (or topic and bizKey)")),
+    };
+    state.queue.delete(&id).await?;
+    ok(IdView::of(&id))
+}
+
+/// `GET /jobs/{id}`: a job in any state, with its history.
+pub(crate) async fn get_job(State(state): State<AppState>, ApiPath(id): ApiPath<String>) -> ApiResult {
+    let id = parse_job_id("id", &id)?;
+    let details = state.queue.get(&id).await.map_err(|error| job_not_found(error, &id))?;
+    ok(JobView::from(details))
+}
+
+/// `GET /jobs?topic=&bizKey=` (one job) or `GET /jobs?topic=&state=&limit=&cursor=` (a page).
+pub(crate) async fn find(State(state): State<AppState>, params: Params) -> ApiResult {
+    let topic = params.topic()?;
+    if let Some(biz_key) = params.get("bizKey") {
+        let id = state.queue.resolve_biz_key(&topic, biz_key).await?;
+        let details = state.queue.get(&id).await.map_err(|error| job_not_found(error, &id))?;
+        return ok(JobView::from(details));
+    }
+    let Some(job_state) = params.state()? else {
+        return Err(ApiError::invalid("state is required (or bizKey)"));
+    };
+    let limit = params.integer_in("limit", 1, MAX_LIST_LIMIT, DEFAULT_LIST_LIMIT)?;
+    let cursor = params.get("cursor").map(decode_cursor).transpose()?;
+    let page = state.queue.list(&topic, job_state, limit as usize, cursor).await?;
+    ok(PageView::new(page.jobs, page.next))
+}
+
+/// Words a wrong-state refusal of finish, nack and touch as "not reserved".
+fn not_reserved(error: QueueError) -> ApiError {
+    match error {
+        QueueError::WrongState { id, state } => {
+            ApiError::new(ErrorKind::Conflict, format!("job {id} is {state}, not reserved"))
+        }
+        other => other.into(),
+    }
+}
+
+/// Words a missing job of a lookup without the "live" of the queue's message.
+fn job_not_found(error: QueueError, id: &JobId) -> ApiError {
+    match error {
+        QueueError::NotFound(_) => ApiError::new(ErrorKind::NotFound, format!("no job {id}")),
+        other => other.into(),
+    }
+}
