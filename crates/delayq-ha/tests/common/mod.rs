@@ -1,0 +1,141 @@
+//! Shared helpers of the ZooKeeper tests: the service gate, unique roots, polling with
+//! deadlines, and a TCP proxy that can cut or freeze a node's link to ZooKeeper.
+
+#![allow(dead_code, clippy::unwrap_used, unreachable_pub)]
+
+pub mod proxy;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use delayq_ha::{Role, RoleKind, ZkConfig, ZookeeperLeadership};
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::Client;
+
+/// The session timeout the tests ask for; ZooKeeper's minimum with tickTime 2000 is 4 s.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+/// A generous bound for anything that should take a few seconds.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Returns the ZooKeeper connect string, or `None` (test skipped) when it is not configured.
+pub fn zookeeper() -> Option<String> {
+    match std::env::var("DELAYQ_TEST_ZOOKEEPER") {
+        Ok(connect) if !connect.trim().is_empty() => Some(connect),
+        _ => {
+            let required = std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").is_ok_and(|value| value == "1");
+            assert!(!required, "DELAYQ_TEST_ZOOKEEPER not set and DELAYQ_TEST_REQUIRE_SERVICES=1");
+            println!("skipped: DELAYQ_TEST_ZOOKEEPER not set");
+            None
+        }
+    }
+}
+
+/// Returns a root path no other test (or test run) uses.
+pub fn unique_root() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("/delayq-test-{}-{nanos}-{count}", std::process::id())
+}
+
+/// Returns a test config: unique root given, short session timeout.
+pub fn config(connect: &str, root: &str, node_name: &str) -> ZkConfig {
+    ZkConfig { root: root.to_owned(), session_timeout: SESSION_TIMEOUT, ..ZkConfig::new(connect, node_name) }
+}
+
+/// Starts a candidate with a fresh cancellation token.
+pub async fn start(config: ZkConfig) -> ZookeeperLeadership {
+    ZookeeperLeadership::start(config, CancellationToken::new()).await.unwrap()
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, panicking with `what` after `DEADLINE`.
+pub async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(started.elapsed() < DEADLINE, "timed out after {DEADLINE:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `role` satisfies `accept` and returns that role.
+pub async fn wait_role(
+    role: &mut tokio::sync::watch::Receiver<Role>,
+    what: &str,
+    accept: impl FnMut(&Role) -> bool,
+) -> Role {
+    let found = match tokio::time::timeout(DEADLINE, role.wait_for(accept)).await {
+        Ok(Ok(found)) => Some(found.clone()),
+        Ok(Err(_)) => panic!("role channel closed while waiting for {what}"),
+        Err(_) => None,
+    };
+    found.unwrap_or_else(|| panic!("timed out after {DEADLINE:?} waiting for {what}, last role {:?}", *role.borrow()))
+}
+
+/// Waits until `role` is `kind`.
+pub async fn wait_kind(role: &mut tokio::sync::watch::Receiver<Role>, kind: RoleKind) -> Role {
+    wait_role(role, &format!("{kind:?}"), |role| role.kind == kind).await
+}
+
+/// Runs `future` and returns how long it took.
+pub async fn timed<T>(future: impl Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    let output = future.await;
+    (output, started.elapsed())
+}
+
+/// Deletes the test's own root recursively (best effort; ephemeral nodes are gone already).
+pub async fn remove_root(connect: &str, root: &str) {
+    let Ok(client) = Client::connect(connect).await else {
+        return;
+    };
+    let mut pending = vec![root.to_owned()];
+    let mut ordered = Vec::new();
+    while let Some(path) = pending.pop() {
+        let children = client.list_children(&path).await.unwrap_or_default();
+        pending.extend(children.into_iter().map(|child| format!("{path}/{child}")));
+        ordered.push(path);
+    }
+    for path in ordered.into_iter().rev() {
+        let _ = client.delete(&path, None).await;
+    }
+}
+
+/// Records every role a receiver sees (after the current one) until finished.
+pub struct RoleRecorder {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Vec<(Instant, Role)>>,
+}
+
+impl RoleRecorder {
+    /// Starts recording the changes of `role`.
+    pub fn start(mut role: tokio::sync::watch::Receiver<Role>) -> RoleRecorder {
+        role.mark_unchanged();
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            loop {
+                tokio::select! {
+                    () = stopped.cancelled() => return seen,
+                    changed = role.changed() => {
+                        if changed.is_err() {
+                            return seen;
+                        }
+                        seen.push((Instant::now(), role.borrow_and_update().clone()));
+                    }
+                }
+            }
+        });
+        RoleRecorder { stop, task }
+    }
+
+    /// Stops recording and returns what was seen, with the time each role was seen.
+    pub async fn finish(self) -> Vec<(Instant, Role)> {
+        self.stop.cancel();
+        self.task.await.unwrap()
+    }
+}
