@@ -1,0 +1,299 @@
+//! Proto messages to and from the job model.
+//!
+//! A push is turned into the JSON object the REST face would receive and
+//! validated by [`PushRequest::from_json`], so both faces refuse the same input
+//! with the same message. Query-like fields follow the REST parameter rules:
+//! an empty string counts as absent, and messages use the REST names.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use delayq_common::{InvalidField, Job, JobId, JobState, Limits, PushRequest, TimeUnit, Timestamp, Topic};
+use delayq_queue::QueueStats;
+use delayq_store::LogEntry;
+use serde_json::{Map, Value};
+use tonic::Status;
+
+use crate::pb::v1 as pb;
+use crate::status::{invalid, invalid_field};
+
+/// Validates a proto push exactly as `POST /push` validates its JSON body.
+pub(crate) fn parse_push(
+    request: &pb::PushRequest,
+    limits: &Limits,
+    now: Timestamp,
+) -> Result<PushRequest, InvalidField> {
+    PushRequest::from_json(&push_json(request), TimeUnit::Millis, limits, now)
+}
+
+/// Returns the JSON object of `POST /push` that carries the same fields.
+fn push_json(request: &pb::PushRequest) -> Value {
+    let mut fields = Map::new();
+    if !request.topic.is_empty() {
+        fields.insert("topic".into(), Value::from(request.topic.clone()));
+    }
+    let strings =
+        [("id", &request.id), ("body", &request.body), ("subtopic", &request.subtopic), ("bizKey", &request.biz_key)];
+    for (name, value) in strings {
+        if let Some(value) = value {
+            fields.insert(name.into(), Value::from(value.clone()));
+        }
+    }
+    let numbers = [
+        ("delay", request.delay_ms),
+        ("runAt", request.run_at),
+        ("createTime", request.create_time),
+        ("ttr", request.ttr_ms),
+        ("priority", request.priority),
+        ("maxRetries", request.max_retries),
+        ("ttl", request.ttl_ms),
+    ];
+    for (name, value) in numbers {
+        if let Some(value) = value {
+            fields.insert(name.into(), Value::from(value));
+        }
+    }
+    if !request.retry_backoff_ms.is_empty() {
+        fields.insert("retryBackoff".into(), Value::from(request.retry_backoff_ms.clone()));
+    }
+    if request.replace {
+        fields.insert("replace".into(), Value::Bool(true));
+    }
+    Value::Object(fields)
+}
+
+/// Returns a job id given in a request; empty means absent.
+pub(crate) fn optional_job_id(value: &str) -> Result<Option<JobId>, Status> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    JobId::parse(value).map(Some).map_err(|refused| invalid_field(InvalidField::new("jobId", refused.reason)))
+}
+
+/// Returns the required job id of a request.
+pub(crate) fn job_id(value: &str) -> Result<JobId, Status> {
+    optional_job_id(value)?.ok_or_else(|| invalid("jobId is required"))
+}
+
+/// Returns the required topic of a request.
+pub(crate) fn topic(value: &str) -> Result<Topic, Status> {
+    if value.is_empty() {
+        return Err(invalid("topic is required"));
+    }
+    Topic::parse(value).map_err(invalid_field)
+}
+
+/// Returns an optional integer in `min..=max`, or `default` when absent.
+pub(crate) fn integer_in(name: &str, value: Option<i64>, min: u64, max: u64, default: u64) -> Result<u64, Status> {
+    let Some(value) = value else {
+        return Ok(default);
+    };
+    match u64::try_from(value) {
+        Ok(value) if (min..=max).contains(&value) => Ok(value),
+        _ => Err(invalid(format!("{name} must be from {min} to {max}"))),
+    }
+}
+
+/// Returns an optional duration in milliseconds, `>= 0`.
+pub(crate) fn optional_millis(name: &str, value: Option<i64>) -> Result<Option<Duration>, Status> {
+    match value.map(u64::try_from) {
+        None => Ok(None),
+        Some(Ok(millis)) => Ok(Some(Duration::from_millis(millis))),
+        Some(Err(_)) => Err(invalid(format!("{name} must be >= 0"))),
+    }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn epoch(instant: Timestamp) -> i64 {
+    i64::try_from(instant.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Returns the proto value of a state.
+pub(crate) fn state(state: JobState) -> i32 {
+    let state = match state {
+        JobState::Delay => pb::JobState::Delay,
+        JobState::Ready => pb::JobState::Ready,
+        JobState::Reserved => pb::JobState::Reserved,
+        JobState::Finished => pb::JobState::Finished,
+        JobState::Deleted => pb::JobState::Deleted,
+        JobState::Dead => pb::JobState::Dead,
+        JobState::Expired => pb::JobState::Expired,
+    };
+    state as i32
+}
+
+/// Returns a job as a consumer receives it: the fields of a REST pop.
+pub(crate) fn reserved_job(job: Job) -> pb::ReservedJob {
+    pb::ReservedJob {
+        id: job.id.into(),
+        topic: job.topic.into(),
+        subtopic: job.subtopic,
+        body: job.body,
+        attempt: job.attempt,
+        run_at: epoch(job.run_at),
+        ttr_ms: millis(job.ttr),
+        priority: u32::from(job.priority),
+        biz_key: job.biz_key,
+    }
+}
+
+/// Returns a job with every field.
+pub(crate) fn full_job(job: Job) -> pb::Job {
+    pb::Job {
+        id: job.id.into(),
+        topic: job.topic.into(),
+        subtopic: job.subtopic,
+        body: job.body,
+        biz_key: job.biz_key,
+        create_time: epoch(job.create_time),
+        delay_ms: millis(job.delay),
+        run_at: epoch(job.run_at),
+        ttr_ms: millis(job.ttr),
+        priority: u32::from(job.priority),
+        max_retries: job.max_retries,
+        retry_backoff_ms: job.retry_backoff.into_iter().map(millis).collect(),
+        ttl_ms: millis(job.ttl),
+        attempt: job.attempt,
+        state: state(job.state),
+        result: job.result,
+        updated_at: epoch(job.updated_at),
+    }
+}
+
+/// Returns one line of a job's history.
+pub(crate) fn history_entry(entry: LogEntry) -> pb::HistoryEntry {
+    pb::HistoryEntry { state: state(entry.state), attempt: entry.attempt, at: epoch(entry.at), node: entry.node }
+}
+
+fn add(counts: &mut pb::StateCounts, job_state: JobState, count: u64) {
+    let slot = match job_state {
+        JobState::Delay => &mut counts.delay,
+        JobState::Ready => &mut counts.ready,
+        JobState::Reserved => &mut counts.reserved,
+        JobState::Finished => &mut counts.finished,
+        JobState::Deleted => &mut counts.deleted,
+        JobState::Dead => &mut counts.dead,
+        JobState::Expired => &mut counts.expired,
+    };
+    *slot += count;
+}
+
+/// Returns the counts of `/stats`: live states from the scheduler (always
+/// current), ended states from the store; per topic and in total.
+pub(crate) fn stats_reply(stats: QueueStats) -> pb::StatsReply {
+    let mut topics: BTreeMap<String, pb::StateCounts> = BTreeMap::new();
+    let mut totals = pb::StateCounts::default();
+    for live in &stats.live {
+        let counts = topics.entry(live.topic.to_string()).or_default();
+        for (job_state, count) in
+            [(JobState::Delay, live.delay), (JobState::Ready, live.ready), (JobState::Reserved, live.reserved)]
+        {
+            add(counts, job_state, count);
+            add(&mut totals, job_state, count);
+        }
+    }
+    for stored in stats.stored.iter().filter(|stored| stored.state.is_terminal()) {
+        add(topics.entry(stored.topic.to_string()).or_default(), stored.state, stored.count);
+        add(&mut totals, stored.state, stored.count);
+    }
+    pb::StatsReply {
+        topics: topics.into_iter().collect(),
+        totals: Some(totals),
+        scheduler: stats.scheduler.to_owned(),
+        store: stats.store.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use delayq_common::ErrorKind;
+    use tonic::Code;
+
+    use super::*;
+
+    const NOW: Timestamp = Timestamp::from_millis(1_800_000_000_000);
+
+    fn refusal(request: pb::PushRequest) -> (ErrorKind, String) {
+        match parse_push(&request, &Limits::default(), NOW) {
+            Ok(parsed) => panic!("accepted: {parsed:?}"),
+            Err(invalid) => (invalid.kind(), invalid.to_string()),
+        }
+    }
+
+    fn push(topic: &str, body: &str) -> pb::PushRequest {
+        pb::PushRequest { topic: topic.into(), body: Some(body.into()), ..pb::PushRequest::default() }
+    }
+
+    #[test]
+    fn pushes_are_refused_with_the_rest_messages() {
+        assert_eq!(refusal(push("", "b")).1, "topic is required");
+        assert_eq!(refusal(pb::PushRequest { topic: "t".into(), ..Default::default() }).1, "body is required");
+        assert_eq!(refusal(push("a b", "b")).1, "topic may only contain A-Z a-z 0-9 . _ : -");
+        assert_eq!(refusal(pb::PushRequest { delay_ms: Some(-1), ..push("t", "b") }).1, "delay must be >= 0");
+        assert_eq!(
+            refusal(pb::PushRequest { delay_ms: Some(1), run_at: Some(5), ..push("t", "b") }).1,
+            "runAt must not be given together with delay"
+        );
+        assert_eq!(
+            refusal(pb::PushRequest { ttr_ms: Some(99), ..push("t", "b") }).1,
+            "ttr must be from 100 ms to 86400000 ms"
+        );
+        assert_eq!(refusal(pb::PushRequest { priority: Some(5), ..push("t", "b") }).1, "priority must be from 0 to 4");
+        assert_eq!(refusal(pb::PushRequest { id: Some(String::new()), ..push("t", "b") }).1, "id must not be empty");
+        assert_eq!(
+            refusal(pb::PushRequest { retry_backoff_ms: vec![1, -1], ..push("t", "b") }).1,
+            "retryBackoff entries must be integers >= 0"
+        );
+        let too_big = refusal(push("t", &"x".repeat(65_537)));
+        assert_eq!(too_big, (ErrorKind::TooLarge, "body must be at most 65536 bytes".to_owned()));
+    }
+
+    #[test]
+    fn every_field_reaches_the_push() {
+        let request = pb::PushRequest {
+            id: Some("order-1".into()),
+            create_time: Some(5_000),
+            delay_ms: Some(1_000),
+            ttr_ms: Some(2_000),
+            priority: Some(0),
+            max_retries: Some(3),
+            retry_backoff_ms: vec![100, 200],
+            ttl_ms: Some(7_000),
+            subtopic: Some("eu".into()),
+            biz_key: Some("k".into()),
+            replace: true,
+            ..push("t", "")
+        };
+        let parsed = parse_push(&request, &Limits::default(), NOW).map_err(|invalid| invalid.to_string());
+        let Ok(parsed) = parsed else { panic!("{parsed:?}") };
+        assert_eq!(parsed.run_at(NOW), Timestamp::from_millis(6_000));
+        assert_eq!(parsed.ttr, Some(Duration::from_millis(2_000)));
+        assert_eq!((parsed.priority, parsed.max_retries), (Some(0), Some(3)));
+        assert_eq!(parsed.retry_backoff, vec![Duration::from_millis(100), Duration::from_millis(200)]);
+        assert_eq!(parsed.ttl, Duration::from_millis(7_000));
+        assert_eq!((parsed.subtopic.as_deref(), parsed.biz_key.as_deref()), (Some("eu"), Some("k")));
+        assert!(parsed.replace);
+        assert_eq!(parsed.body, "");
+    }
+
+    #[test]
+    fn parameters_follow_the_rest_rules() {
+        let code_and_message = |status: Status| (status.code(), status.message().to_owned());
+        assert_eq!(job_id("").map_err(code_and_message), Err((Code::InvalidArgument, "jobId is required".into())));
+        assert_eq!(
+            job_id("a b").map_err(code_and_message),
+            Err((Code::InvalidArgument, "jobId may only contain A-Z a-z 0-9 . _ : -".into()))
+        );
+        assert_eq!(integer_in("count", None, 1, 100, 1).ok(), Some(1));
+        assert_eq!(integer_in("count", Some(100), 1, 100, 1).ok(), Some(100));
+        for bad in [0, -3, 101] {
+            let refused = integer_in("count", Some(bad), 1, 100, 1).map_err(code_and_message);
+            assert_eq!(refused, Err((Code::InvalidArgument, "count must be from 1 to 100".into())));
+        }
+        let negative = optional_millis("delay", Some(-1)).map_err(code_and_message);
+        assert_eq!(negative, Err((Code::InvalidArgument, "delay must be >= 0".into())));
+    }
+}

@@ -1,0 +1,196 @@
+//! The unary operations: extract, call [`DelayQueue`], map the result. Each
+//! mirrors its REST handler, refusals and messages included.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{JobId, Timestamp};
+use delayq_queue::service::{MAX_BATCH_PUSH, MAX_POP_COUNT, MAX_POP_WAIT};
+use delayq_queue::{DelayQueue, Pushed, QueueResult};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::auth::{Access, Tokens};
+use crate::convert::{self, full_job, history_entry, job_id, optional_job_id, parse_push, reserved_job, topic};
+use crate::pb::v1 as pb;
+use crate::pb::v1::delay_queue_service_server::DelayQueueService;
+use crate::status::{invalid, invalid_field, job_not_found, not_reserved, queue_code_and_message, queue_status};
+use crate::subscribe::Subscriptions;
+
+/// The gRPC service over a [`DelayQueue`].
+pub struct RpcServer {
+    queue: Arc<DelayQueue>,
+    tokens: Tokens,
+    subscriptions: Arc<Subscriptions>,
+}
+
+impl RpcServer {
+    pub(crate) fn new(queue: Arc<DelayQueue>, tokens: Tokens, subscriptions: Arc<Subscriptions>) -> RpcServer {
+        RpcServer { queue, tokens, subscriptions }
+    }
+
+    fn allow<T>(&self, request: &Request<T>, need: Access) -> Result<(), Status> {
+        self.tokens.check(request.metadata(), need)
+    }
+
+    /// Checks the token and returns the message of a user call.
+    fn user<T>(&self, request: Request<T>) -> Result<T, Status> {
+        self.allow(&request, Access::User)?;
+        Ok(request.into_inner())
+    }
+
+    /// Checks the admin token and returns the message of an admin call.
+    fn admin<T>(&self, request: Request<T>) -> Result<T, Status> {
+        self.allow(&request, Access::Admin)?;
+        Ok(request.into_inner())
+    }
+
+    /// Resolves the job named by an id, or else by topic and business key.
+    async fn target(&self, id: &str, topic: &str, biz_key: &str) -> Result<JobId, Status> {
+        if let Some(id) = optional_job_id(id)? {
+            return Ok(id);
+        }
+        if topic.is_empty() && biz_key.is_empty() {
+            return Err(invalid("jobId is required (or topic and bizKey)"));
+        }
+        let topic = convert::topic(topic)?;
+        if biz_key.is_empty() {
+            return Err(invalid("bizKey is required"));
+        }
+        self.queue.resolve_biz_key(&topic, biz_key).await.map_err(queue_status)
+    }
+}
+
+fn pushed_reply(pushed: Pushed) -> pb::PushReply {
+    pb::PushReply { id: pushed.id.into(), run_at: i64::try_from(pushed.run_at.as_millis()).unwrap_or(i64::MAX) }
+}
+
+fn batch_item(outcome: QueueResult<Pushed>) -> pb::PushBatchItem {
+    let outcome = match outcome {
+        Ok(pushed) => pb::push_batch_item::Outcome::Pushed(pushed_reply(pushed)),
+        Err(error) => {
+            let (code, message) = queue_code_and_message(&error);
+            pb::push_batch_item::Outcome::Error(pb::PushError { code: code as i32, message })
+        }
+    };
+    pb::PushBatchItem { outcome: Some(outcome) }
+}
+
+#[tonic::async_trait]
+impl DelayQueueService for RpcServer {
+    async fn push(&self, request: Request<pb::PushRequest>) -> Result<Response<pb::PushReply>, Status> {
+        let request = self.user(request)?;
+        let limits = self.queue.settings().limits;
+        let push = parse_push(&request, &limits, Timestamp::now()).map_err(invalid_field)?;
+        let pushed = self.queue.push(push).await.map_err(queue_status)?;
+        Ok(Response::new(pushed_reply(pushed)))
+    }
+
+    async fn push_batch(&self, request: Request<pb::PushBatchRequest>) -> Result<Response<pb::PushBatchReply>, Status> {
+        let request = self.user(request)?;
+        if request.jobs.len() > MAX_BATCH_PUSH {
+            return Err(invalid(format!("jobs must have at most {MAX_BATCH_PUSH} entries")));
+        }
+        let limits = self.queue.settings().limits;
+        let now = Timestamp::now();
+        let pushes = request.jobs.iter().map(|job| parse_push(job, &limits, now)).collect();
+        let outcomes = self.queue.push_batch(pushes).await.map_err(queue_status)?;
+        Ok(Response::new(pb::PushBatchReply { items: outcomes.into_iter().map(batch_item).collect() }))
+    }
+
+    async fn delete(&self, request: Request<pb::DeleteRequest>) -> Result<Response<pb::DeleteReply>, Status> {
+        let request = self.user(request)?;
+        let id = self.target(&request.id, &request.topic, &request.biz_key).await?;
+        self.queue.delete(&id).await.map_err(queue_status)?;
+        self.subscriptions.released(&id);
+        Ok(Response::new(pb::DeleteReply { id: id.into() }))
+    }
+
+    async fn pop(&self, request: Request<pb::PopRequest>) -> Result<Response<pb::PopReply>, Status> {
+        let request = self.user(request)?;
+        let topic = topic(&request.topic)?;
+        let count = convert::integer_in("count", request.count, 1, MAX_POP_COUNT as u64, 1)?;
+        let max_wait_ms = MAX_POP_WAIT.as_millis() as u64;
+        let timeout_ms = convert::integer_in("timeout", request.timeout_ms, 0, max_wait_ms, 0)?;
+        let wait = Duration::from_millis(timeout_ms);
+        let jobs = self.queue.pop(&topic, count as usize, wait).await.map_err(queue_status)?;
+        Ok(Response::new(pb::PopReply { jobs: jobs.into_iter().map(reserved_job).collect() }))
+    }
+
+    async fn finish(&self, request: Request<pb::FinishRequest>) -> Result<Response<pb::FinishReply>, Status> {
+        let request = self.user(request)?;
+        let id = job_id(&request.id)?;
+        self.queue.finish(&id, request.result).await.map_err(not_reserved)?;
+        self.subscriptions.released(&id);
+        Ok(Response::new(pb::FinishReply { id: id.into() }))
+    }
+
+    async fn nack(&self, request: Request<pb::NackRequest>) -> Result<Response<pb::NackReply>, Status> {
+        let request = self.user(request)?;
+        let id = job_id(&request.id)?;
+        let delay = convert::optional_millis("delay", request.delay_ms)?;
+        let job = self.queue.nack(&id, delay).await.map_err(not_reserved)?;
+        self.subscriptions.released(&id);
+        let run_at = i64::try_from(job.run_at.as_millis()).unwrap_or(i64::MAX);
+        Ok(Response::new(pb::NackReply { id: id.into(), run_at, state: convert::state(job.state) }))
+    }
+
+    async fn touch(&self, request: Request<pb::TouchRequest>) -> Result<Response<pb::TouchReply>, Status> {
+        let request = self.user(request)?;
+        let id = job_id(&request.id)?;
+        let job = self.queue.touch(&id).await.map_err(not_reserved)?;
+        self.subscriptions.touched(&id, job.ttr);
+        Ok(Response::new(pb::TouchReply { id: id.into() }))
+    }
+
+    async fn get_job(&self, request: Request<pb::GetJobRequest>) -> Result<Response<pb::GetJobReply>, Status> {
+        let request = self.user(request)?;
+        let id = self.target(&request.id, &request.topic, &request.biz_key).await?;
+        let details = self.queue.get(&id).await.map_err(|error| job_not_found(error, &id))?;
+        let history = details.history.into_iter().map(history_entry).collect();
+        Ok(Response::new(pb::GetJobReply { job: Some(full_job(details.job)), history }))
+    }
+
+    async fn restore(&self, request: Request<pb::RestoreRequest>) -> Result<Response<pb::RestoreReply>, Status> {
+        let request = self.admin(request)?;
+        let include_overdue = request.expire.unwrap_or(true);
+        let restored = self.queue.restore(!include_overdue).await.map_err(queue_status)?;
+        Ok(Response::new(pb::RestoreReply { restored }))
+    }
+
+    async fn restore_job(
+        &self,
+        request: Request<pb::RestoreJobRequest>,
+    ) -> Result<Response<pb::RestoreJobReply>, Status> {
+        let request = self.admin(request)?;
+        let id = job_id(&request.id)?;
+        let job = self.queue.restore_job(&id).await.map_err(queue_status)?;
+        Ok(Response::new(pb::RestoreJobReply { id: job.id.into() }))
+    }
+
+    async fn clear_all(&self, request: Request<pb::ClearAllRequest>) -> Result<Response<pb::ClearAllReply>, Status> {
+        self.admin(request)?;
+        let cleared = self.queue.clear_all().await.map_err(queue_status)?;
+        Ok(Response::new(pb::ClearAllReply { cleared }))
+    }
+
+    async fn stats(&self, request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsReply>, Status> {
+        self.user(request)?;
+        let stats = self.queue.stats().await.map_err(queue_status)?;
+        Ok(Response::new(convert::stats_reply(stats)))
+    }
+
+    type SubscribeStream = ReceiverStream<Result<pb::ReservedJob, Status>>;
+
+    async fn subscribe(
+        &self,
+        request: Request<pb::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let request = self.user(request)?;
+        let topic = topic(&request.topic)?;
+        let max_in_flight =
+            convert::integer_in("maxInFlight", request.max_in_flight, 1, crate::subscribe::MAX_IN_FLIGHT as u64, 1)?;
+        let stream = self.subscriptions.start(Arc::clone(&self.queue), topic, max_in_flight as usize);
+        Ok(Response::new(stream))
+    }
+}

@@ -1,0 +1,153 @@
+//! The one place where a failure becomes a gRPC status.
+//!
+//! Codes follow [`ErrorKind`], with one refinement the REST face folds into
+//! `409`: a job in the wrong state is `FAILED_PRECONDITION`, an id or business
+//! key held by a live job is `ALREADY_EXISTS`. A body over the size limit is
+//! `INVALID_ARGUMENT` rather than `RESOURCE_EXHAUSTED`: resending it cannot
+//! succeed, and clients treat `RESOURCE_EXHAUSTED` as retryable. Messages are
+//! those of the REST API; internal detail is logged, never returned.
+
+use delayq_common::{ErrorKind, InvalidField, JobId};
+use delayq_queue::QueueError;
+use tonic::{Code, Status};
+use tracing::{error, warn};
+
+/// What a client is told about a bug; the detail is logged.
+const INTERNAL_MESSAGE: &str = "internal error";
+
+/// Returns the gRPC code of a kind of failure (`Conflict` as `ALREADY_EXISTS`;
+/// a wrong state is refined to `FAILED_PRECONDITION` by [`queue_status`]).
+pub fn code_of(kind: ErrorKind) -> Code {
+    match kind {
+        ErrorKind::Invalid | ErrorKind::TooLarge => Code::InvalidArgument,
+        ErrorKind::NotFound => Code::NotFound,
+        ErrorKind::Conflict => Code::AlreadyExists,
+        ErrorKind::Unauthenticated => Code::Unauthenticated,
+        ErrorKind::Forbidden => Code::PermissionDenied,
+        ErrorKind::Unavailable => Code::Unavailable,
+        ErrorKind::Internal => Code::Internal,
+    }
+}
+
+/// Returns the code of a queue failure.
+fn queue_code(error: &QueueError) -> Code {
+    match error {
+        QueueError::WrongState { .. } => Code::FailedPrecondition,
+        other => code_of(other.kind()),
+    }
+}
+
+/// Returns what a client may be told about `error`, logging what it may not.
+fn public_message(error: &QueueError) -> String {
+    match error.kind() {
+        ErrorKind::Unavailable => {
+            warn!(error = error as &dyn std::error::Error, "backend unavailable");
+            // The Display of both unavailable variants is "{backend} is unavailable".
+            error.to_string()
+        }
+        ErrorKind::Internal => {
+            error!(error = error as &dyn std::error::Error, "request failed");
+            INTERNAL_MESSAGE.to_owned()
+        }
+        _ => error.to_string(),
+    }
+}
+
+/// Returns the status of a queue failure.
+pub(crate) fn queue_status(error: QueueError) -> Status {
+    Status::new(queue_code(&error), public_message(&error))
+}
+
+/// Returns the code and message of a queue failure, for one item of a batch.
+pub(crate) fn queue_code_and_message(error: &QueueError) -> (Code, String) {
+    (queue_code(error), public_message(error))
+}
+
+/// Returns the status of an invalid field; the message names the field.
+pub(crate) fn invalid_field(invalid: InvalidField) -> Status {
+    Status::new(code_of(invalid.kind()), invalid.to_string())
+}
+
+/// Returns an `INVALID_ARGUMENT` status.
+pub(crate) fn invalid(message: impl Into<String>) -> Status {
+    Status::new(code_of(ErrorKind::Invalid), message)
+}
+
+/// Returns a status of `kind` with a message.
+pub(crate) fn of_kind(kind: ErrorKind, message: impl Into<String>) -> Status {
+    Status::new(code_of(kind), message)
+}
+
+/// Words a wrong-state refusal of finish, nack and touch as "not reserved", as REST does.
+pub(crate) fn not_reserved(error: QueueError) -> Status {
+    match error {
+        QueueError::WrongState { id, state } => {
+            Status::new(Code::FailedPrecondition, format!("job {id} is {state}, not reserved"))
+        }
+        other => queue_status(other),
+    }
+}
+
+/// Words a missing job of a lookup without the "live" of the queue's message, as REST does.
+pub(crate) fn job_not_found(error: QueueError, id: &JobId) -> Status {
+    match error {
+        QueueError::NotFound(_) => Status::new(Code::NotFound, format!("no job {id}")),
+        other => queue_status(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use delayq_common::JobState;
+    use delayq_store::StoreError;
+
+    use super::*;
+
+    fn id(value: &str) -> JobId {
+        match JobId::parse(value) {
+            Ok(id) => id,
+            Err(invalid) => panic!("{invalid}"),
+        }
+    }
+
+    #[test]
+    fn every_kind_has_a_code() {
+        assert_eq!(code_of(ErrorKind::Invalid), Code::InvalidArgument);
+        assert_eq!(code_of(ErrorKind::TooLarge), Code::InvalidArgument);
+        assert_eq!(code_of(ErrorKind::NotFound), Code::NotFound);
+        assert_eq!(code_of(ErrorKind::Conflict), Code::AlreadyExists);
+        assert_eq!(code_of(ErrorKind::Unauthenticated), Code::Unauthenticated);
+        assert_eq!(code_of(ErrorKind::Forbidden), Code::PermissionDenied);
+        assert_eq!(code_of(ErrorKind::Unavailable), Code::Unavailable);
+        assert_eq!(code_of(ErrorKind::Internal), Code::Internal);
+    }
+
+    #[test]
+    fn conflicts_split_into_taken_and_wrong_state() {
+        let taken = queue_status(QueueError::Store(StoreError::IdTaken(id("a"))));
+        assert_eq!((taken.code(), taken.message()), (Code::AlreadyExists, "job a already exists"));
+        let scheduler_taken = queue_status(QueueError::Conflict("job a already exists".into()));
+        assert_eq!(scheduler_taken.code(), Code::AlreadyExists);
+        let wrong = queue_status(QueueError::WrongState { id: id("a"), state: JobState::Ready });
+        assert_eq!((wrong.code(), wrong.message()), (Code::FailedPrecondition, "job a is ready"));
+        let reworded = not_reserved(QueueError::WrongState { id: id("a"), state: JobState::Delay });
+        assert_eq!(reworded.message(), "job a is delay, not reserved");
+    }
+
+    #[test]
+    fn internals_are_not_leaked() {
+        let backend = QueueError::Unavailable { backend: "redis", source: "refused at 10.0.0.1:6379".into() };
+        let status = queue_status(backend);
+        assert_eq!((status.code(), status.message()), (Code::Unavailable, "redis is unavailable"));
+        let corrupt = queue_status(QueueError::Store(StoreError::Corrupt("row 7: bad json".into())));
+        assert_eq!((corrupt.code(), corrupt.message()), (Code::Internal, INTERNAL_MESSAGE));
+    }
+
+    #[test]
+    fn size_errors_are_invalid_arguments_with_the_field_message() {
+        let status = invalid_field(InvalidField::too_large("body", "must be at most 1 bytes"));
+        assert_eq!((status.code(), status.message()), (Code::InvalidArgument, "body must be at most 1 bytes"));
+        let lookup = job_not_found(QueueError::NotFound(id("x")), &id("x"));
+        assert_eq!((lookup.code(), lookup.message()), (Code::NotFound, "no job x"));
+    }
+}

@@ -1,0 +1,85 @@
+//! Starts the gRPC service in-process on 127.0.0.1:0 over a real `DelayQueue`
+//! (memory scheduler, SQLite store in a temp dir, the timer running).
+
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::Snowflake;
+use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueSettings};
+use delayq_rpc::pb::v1::delay_queue_service_client::DelayQueueServiceClient;
+use delayq_rpc::RpcConfig;
+use delayq_store::SqliteStore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// A running service and what it runs on.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub queue: Arc<DelayQueue>,
+    stop: CancellationToken,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    timer: JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    /// Starts a server with auth off.
+    pub async fn start() -> TestServer {
+        TestServer::start_with(RpcConfig::default()).await
+    }
+
+    /// Starts a server with the given configuration.
+    pub async fn start_with(config: RpcConfig) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open_in(dir.path(), "rpc-test".into()).await.expect("open sqlite store");
+        let queue = Arc::new(DelayQueue::new(
+            Arc::new(MemoryScheduler::new()),
+            Arc::new(store),
+            Snowflake::new(1),
+            QueueSettings::default(),
+        ));
+        let stop = CancellationToken::new();
+        let timer = tokio::spawn(run_timer(Arc::clone(&queue), stop.clone()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let shutdown = stop.clone().cancelled_owned();
+        let server = tokio::spawn(delayq_rpc::serve(listener, Arc::clone(&queue), config, shutdown));
+        TestServer { addr, queue, stop, server, timer, _dir: dir }
+    }
+
+    /// Returns the `http://host:port` of the server.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Connects a new client (its own HTTP/2 connection).
+    pub async fn client(&self) -> DelayQueueServiceClient<Channel> {
+        let channel = Channel::from_shared(self.url())
+            .expect("valid url")
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connect to the rpc server");
+        DelayQueueServiceClient::new(channel)
+    }
+
+    /// Shuts the server down gracefully and checks that it stops in time.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let served = tokio::time::timeout(Duration::from_secs(10), self.server)
+            .await
+            .expect("server stops within 10 s of shutdown");
+        served.expect("server task").expect("server ends cleanly");
+        self.timer.await.expect("timer task");
+        self.queue.close().await;
+    }
+}
+
+/// A push of `body` to `topic`, due now.
+pub fn push(topic: &str, body: &str) -> delayq_rpc::pb::v1::PushRequest {
+    delayq_rpc::pb::v1::PushRequest { topic: topic.into(), body: Some(body.into()), ..Default::default() }
+}
