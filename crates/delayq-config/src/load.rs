@@ -97,6 +97,12 @@ impl Config {
                 return invalid("scheduler.redis_url", "must be redis:// URLs separated by commas".to_owned());
             }
         }
+        if self.zookeeper.connect.is_some() && self.scheduler.redis_url.is_none() {
+            return invalid(
+                "zookeeper.connect",
+                "needs scheduler.redis_url: nodes can only share a Redis scheduler".to_owned(),
+            );
+        }
         if self.scheduler.promote_batch == 0 {
             return invalid("scheduler.promote_batch", "must be at least 1".to_owned());
         }

@@ -71,6 +71,8 @@ pub enum Role {
     Follower,
     /// A single node without coordination.
     Standalone,
+    /// Configured for coordination but cut off from it: serves the API, runs no leader work.
+    Disconnected,
 }
 
 /// The role, leader and members `/stats` shows.
@@ -82,13 +84,16 @@ pub struct RoleInfo {
     pub leader: Option<String>,
     /// The names of the nodes taking part.
     pub members: Vec<String>,
+    /// The coordination service (`zookeeper`), when one is configured; `/ready` reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<&'static str>,
 }
 
 impl RoleInfo {
     /// Describes a standalone node named `node`.
     pub fn standalone(node: impl Into<String>) -> RoleInfo {
         let node = node.into();
-        RoleInfo { role: Role::Standalone, leader: Some(node.clone()), members: vec![node] }
+        RoleInfo { role: Role::Standalone, leader: Some(node.clone()), members: vec![node], coordinator: None }
     }
 }
 
@@ -110,7 +115,7 @@ pub struct AppState {
 impl AppState {
     /// Creates the state of a standalone node (use [`AppState::with_role`] in a cluster).
     pub fn new(queue: Arc<DelayQueue>, config: ControllerConfig) -> AppState {
-        let standalone = RoleInfo { role: Role::Standalone, leader: None, members: Vec::new() };
+        let standalone = RoleInfo { role: Role::Standalone, leader: None, members: Vec::new(), coordinator: None };
         let role: RoleProvider = Arc::new(move || standalone.clone());
         AppState { queue, config: Arc::new(config), role }
     }

@@ -11,7 +11,7 @@ use delayq_queue::QueueStats;
 use serde::Serialize;
 use tracing::warn;
 
-use crate::app::{AppState, RoleInfo};
+use crate::app::{AppState, Role, RoleInfo};
 use crate::error::{envelope, ok, ApiResult};
 
 /// How long `/ready` waits for the backends before calling them unavailable.
@@ -104,6 +104,11 @@ pub(crate) async fn ready(State(state): State<AppState>) -> ApiResult {
             vec![(state.queue.scheduler().backend(), false), (state.queue.store().backend(), false)]
         }
     };
+    let mut checks: Vec<(&str, bool)> = checks;
+    let role = (state.role)();
+    if let Some(coordinator) = role.coordinator {
+        checks.push((coordinator, role.role != Role::Disconnected));
+    }
     let down: Vec<&str> = checks.iter().filter(|(_, up)| !up).map(|(backend, _)| *backend).collect();
     let backends: BTreeMap<&str, &str> =
         checks.iter().map(|(backend, up)| (*backend, if *up { "up" } else { "down" })).collect();

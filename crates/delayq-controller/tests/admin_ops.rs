@@ -73,11 +73,14 @@ async fn stats_shows_the_role_the_provider_gives() {
         role: Role::Follower,
         leader: Some("node-a".into()),
         members: vec!["node-a".into(), "node-b".into()],
+        coordinator: Some("zookeeper"),
     });
     let app = TestApp::build(|_| {}, |state| state.with_role(role)).await;
     let data = app.get("/stats").await.body["data"].clone();
     assert_eq!((data["role"].as_str(), data["leader"].as_str()), (Some("follower"), Some("node-a")));
     assert_eq!(data["members"], json!(["node-a", "node-b"]));
+    let ready = app.get("/ready").await;
+    assert_eq!(ready.body["data"]["backends"]["zookeeper"], "up", "{:?}", ready.body);
 }
 
 #[tokio::test]

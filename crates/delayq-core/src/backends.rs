@@ -4,6 +4,10 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use delayq_config::Config;
+use delayq_ha::{Leadership, Standalone, ZkConfig, ZookeeperLeadership};
+use tokio_util::sync::CancellationToken;
+
+use crate::node::NodeIdentity;
 use delayq_queue::{MemoryScheduler, Scheduler};
 use delayq_store::{JobStore, SqliteStore};
 
@@ -30,4 +34,21 @@ pub(crate) async fn build_scheduler(config: &Config) -> anyhow::Result<Arc<dyn S
         None => Ok(Arc::new(MemoryScheduler::new())),
         Some(_) => bail!("the redis scheduler is not available in this build"),
     }
+}
+
+/// Joins the ZooKeeper election when configured, else runs standalone.
+pub(crate) async fn build_leadership(
+    config: &Config,
+    node: &NodeIdentity,
+    cancel: CancellationToken,
+) -> anyhow::Result<Arc<dyn Leadership>> {
+    let Some(connect) = config.zookeeper.connect.as_deref() else {
+        return Ok(Arc::new(Standalone::new(node.name.clone(), node.worker_id)));
+    };
+    let mut zk_config = ZkConfig::new(connect, node.name.clone());
+    zk_config.root = config.zookeeper.root.clone();
+    zk_config.session_timeout = std::time::Duration::from_millis(config.zookeeper.session_timeout_ms);
+    zk_config.preferred_worker_id = Some(node.worker_id);
+    let leadership = ZookeeperLeadership::start(zk_config, cancel).await.context("failed to start leader election")?;
+    Ok(Arc::new(leadership))
 }

@@ -8,12 +8,14 @@
 //! - `cli`: the command line.
 //! - `serve`: wiring and graceful shutdown of the server.
 //! - `backends`: the one place that picks the scheduler and store backends.
+//! - `leader`: starts and stops leader work (the timer) as the role changes.
 //! - `node`: this node's name and snowflake worker id.
 //! - `client`: the client subcommands.
 
 mod backends;
 mod cli;
 mod client;
+mod leader;
 mod node;
 mod serve;
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use delayq_config::Config;
-use delayq_controller::{router, AppState, ControllerConfig, RoleInfo, RoleProvider};
-use delayq_queue::{run_timer, DelayQueue, QueueSettings};
+use delayq_controller::{router, AppState, ControllerConfig, RoleProvider};
+use delayq_queue::{DelayQueue, QueueSettings};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +19,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
 
-use crate::backends::{build_scheduler, build_store};
+use crate::backends::{build_leadership, build_scheduler, build_store};
+use crate::leader;
 use crate::cli::ServeArgs;
 use crate::node::NodeIdentity;
 
@@ -30,6 +31,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let node = NodeIdentity::resolve(config.server.node_id.as_deref());
     info!(node = %node.name, worker_id = node.worker_id, "starting delayq");
 
+    let root = CancellationToken::new();
+    let leadership = build_leadership(&config, &node, root.child_token()).await?;
     let store = build_store(&config, &node.name).await?;
     let scheduler = build_scheduler(&config).await?;
     let settings = QueueSettings {
@@ -39,31 +42,39 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         promote_batch: config.scheduler.promote_batch,
         ..QueueSettings::default()
     };
-    let ids = delayq_common::Snowflake::new(node.worker_id);
+    // Under ZooKeeper the worker id is claimed there, so two live nodes never share one.
+    let ids = delayq_common::Snowflake::new(leadership.worker_id());
     let queue = Arc::new(DelayQueue::new(scheduler, store, ids, settings));
 
-    // Restore before serving, so that no request races the rebuild.
-    let restored = queue.restore(false).await.context("failed to restore jobs from the store")?;
-    info!(restored, "scheduler rebuilt from the store");
+    if config.scheduler.redis_url.is_none() {
+        // The in-process scheduler starts empty: rebuild it before serving, so
+        // that no request races the rebuild.
+        let restored = queue.restore(false).await.context("failed to restore jobs from the store")?;
+        info!(restored, "scheduler rebuilt from the store");
+    }
 
-    let root = CancellationToken::new();
     let tasks = TaskTracker::new();
-    tasks.spawn(run_timer(Arc::clone(&queue), root.child_token()));
+    tasks.spawn(leader::supervise(Arc::clone(&leadership), Arc::clone(&queue), root.child_token()));
 
     let listener = TcpListener::bind(&config.server.http_addr)
         .await
         .with_context(|| format!("failed to listen on {}", config.server.http_addr))?;
     let http_addr = listener.local_addr().context("failed to read the bound address")?;
-    let app = http_app(Arc::clone(&queue), &config, metrics, &node);
+    let coordinator = config.zookeeper.connect.is_some().then_some("zookeeper");
+    let role = leader::role_provider(&leadership, coordinator);
+    let app = http_app(Arc::clone(&queue), &config, metrics, role);
     let http_shutdown = root.child_token();
     let http_server = tokio::spawn(async move {
         axum::serve(listener, app).with_graceful_shutdown(http_shutdown.cancelled_owned()).await
     });
-    announce(&format!("delayq listening http={http_addr} grpc=off"))?;
+    let grpc_addr = start_grpc(&config, Arc::clone(&queue), &tasks, root.child_token()).await?;
+    announce(&format!("delayq listening http={http_addr} grpc={grpc_addr}"))?;
 
     tokio::spawn(cancel_on_signal(root.clone()));
     root.cancelled().await;
     info!("shutting down");
+    // Hand leadership over at once rather than after the session times out.
+    leadership.resign().await;
     let deadline = config.server.shutdown_timeout();
     let drained = tokio::time::timeout(deadline, async {
         match http_server.await {
@@ -83,16 +94,41 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle, node: &NodeIdentity) -> axum::Router {
+fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle, role: RoleProvider) -> axum::Router {
     let controller_config = ControllerConfig {
         tokens: config.auth.tokens.clone(),
         admin_tokens: config.auth.admin_tokens.clone(),
         max_request_bytes: config.limits.max_request_bytes,
         metrics,
     };
-    let standalone = RoleInfo::standalone(node.name.clone());
-    let role: RoleProvider = Arc::new(move || standalone.clone());
     router(AppState::new(queue, controller_config).with_role(role))
+}
+
+/// Binds and serves gRPC unless its address is `off`; returns the bound address (or `off`).
+async fn start_grpc(
+    config: &Config,
+    queue: Arc<DelayQueue>,
+    tasks: &TaskTracker,
+    shutdown: CancellationToken,
+) -> anyhow::Result<String> {
+    if config.server.grpc_addr == "off" {
+        return Ok("off".to_owned());
+    }
+    let listener = TcpListener::bind(&config.server.grpc_addr)
+        .await
+        .with_context(|| format!("failed to listen on {}", config.server.grpc_addr))?;
+    let bound = listener.local_addr().context("failed to read the bound grpc address")?;
+    let rpc_config = delayq_rpc::RpcConfig {
+        user_tokens: config.auth.tokens.clone(),
+        admin_tokens: config.auth.admin_tokens.clone(),
+        max_message_bytes: config.limits.max_request_bytes,
+    };
+    tasks.spawn(async move {
+        if let Err(error) = delayq_rpc::serve(listener, queue, rpc_config, shutdown.cancelled_owned()).await {
+            warn!(error = %error, "grpc server stopped with an error");
+        }
+    });
+    Ok(bound.to_string())
 }
 
 /// Prints the one line scripts wait for, and flushes it.

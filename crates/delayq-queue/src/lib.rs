@@ -14,6 +14,7 @@
 pub mod error;
 pub mod memory;
 pub mod metrics;
+pub mod redis;
 pub mod scheduler;
 pub mod service;
 #[cfg(feature = "testsuite")]
@@ -22,6 +23,7 @@ pub mod timer;
 
 pub use error::{QueueError, QueueResult};
 pub use memory::MemoryScheduler;
+pub use redis::{RedisScheduler, RedisSchedulerOptions};
 pub use scheduler::{Promotion, Scheduler, TopicStats};
 pub use service::{DelayQueue, JobDetails, JobPage, Pushed, QueueSettings, QueueStats};
-pub use timer::run_timer;
+pub use timer::{run_timer, run_timer_fenced};

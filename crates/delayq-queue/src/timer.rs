@@ -17,8 +17,22 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
 /// Runs the timer until `cancel` fires.
 pub async fn run_timer(queue: Arc<DelayQueue>, cancel: CancellationToken) {
+    run_timer_fenced(queue, cancel, || true).await;
+}
+
+/// Runs the timer until `cancel` fires or `holds_leadership` turns false
+/// (checked before every round, so a node that lost its lease stops at once).
+pub async fn run_timer_fenced(
+    queue: Arc<DelayQueue>,
+    cancel: CancellationToken,
+    holds_leadership: impl Fn() -> bool + Send,
+) {
     let wakeup = queue.scheduler().wakeup();
     loop {
+        if !holds_leadership() {
+            warn!("leadership lost, timer stops");
+            return;
+        }
         // Register interest before looking, so a push that lands during the
         // round is not missed.
         let woken = wakeup.notified();

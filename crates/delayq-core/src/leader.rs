@@ -1,0 +1,76 @@
+//! Leader work: the timer runs only while this node leads (or is standalone),
+//! and stops the moment the role signal says otherwise.
+
+use std::sync::Arc;
+
+use delayq_controller::{Role as ApiRole, RoleInfo, RoleProvider};
+use delayq_ha::{Leadership, Role, RoleKind};
+use delayq_queue::{run_timer_fenced, DelayQueue};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+/// The leader work running for one term.
+struct Term {
+    epoch: u64,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Term {
+    async fn end(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+        info!(epoch = self.epoch, "leader work stopped");
+    }
+}
+
+/// Starts and stops leader work as the role changes, until `cancel` fires.
+pub(crate) async fn supervise(leadership: Arc<dyn Leadership>, queue: Arc<DelayQueue>, cancel: CancellationToken) {
+    let mut role = leadership.role();
+    let mut term: Option<Term> = None;
+    loop {
+        let current = role.borrow_and_update().clone();
+        let wanted_epoch = current.is_leader().then_some(current.epoch);
+        if term.as_ref().map(|term| term.epoch) != wanted_epoch {
+            if let Some(previous) = term.take() {
+                previous.end().await;
+            }
+            if let Some(epoch) = wanted_epoch {
+                term = Some(start_term(Arc::clone(&leadership), Arc::clone(&queue), epoch, cancel.child_token()));
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            changed = role.changed() => if changed.is_err() { break },
+        }
+    }
+    if let Some(term) = term {
+        term.end().await;
+    }
+}
+
+fn start_term(leadership: Arc<dyn Leadership>, queue: Arc<DelayQueue>, epoch: u64, stop: CancellationToken) -> Term {
+    info!(epoch, "leader work starts");
+    let token = stop.clone();
+    let task = tokio::spawn(async move {
+        run_timer_fenced(queue, token, move || leadership.holds_leadership(epoch)).await;
+    });
+    Term { epoch, stop, task }
+}
+
+/// Returns the `/stats` view of the role signal.
+pub(crate) fn role_provider(leadership: &Arc<dyn Leadership>, coordinator: Option<&'static str>) -> RoleProvider {
+    let role = leadership.role();
+    Arc::new(move || api_role(&role.borrow(), coordinator))
+}
+
+fn api_role(role: &Role, coordinator: Option<&'static str>) -> RoleInfo {
+    let kind = match role.kind {
+        RoleKind::Standalone => ApiRole::Standalone,
+        RoleKind::Leader => ApiRole::Leader,
+        RoleKind::Follower => ApiRole::Follower,
+        RoleKind::Disconnected => ApiRole::Disconnected,
+    };
+    RoleInfo { role: kind, leader: role.leader.clone(), members: role.members.clone(), coordinator }
+}
