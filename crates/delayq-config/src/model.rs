@@ -15,6 +15,8 @@ pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:9090";
 pub const DEFAULT_DATA_DIR: &str = "./data";
 /// How long a graceful shutdown may take before the process gives up waiting.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
+/// The default prefix of Redis keys.
+pub const DEFAULT_REDIS_PREFIX: &str = "delayq";
 /// The default number of jobs one timer round promotes.
 pub const DEFAULT_PROMOTE_BATCH: usize = 1_000;
 /// The default largest HTTP request body (a batch of 1000 jobs with small bodies fits).
@@ -90,13 +92,19 @@ impl ServerConfig {
 pub struct SchedulerConfig {
     /// `redis://…` (several comma-separated = Redis Cluster); unset: in-process (`DELAYQ_REDIS_URL`).
     pub redis_url: Option<String>,
+    /// The prefix of every Redis key and channel; nodes sharing one queue use the same.
+    pub redis_prefix: String,
     /// The most jobs one timer round promotes.
     pub promote_batch: usize,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> SchedulerConfig {
-        SchedulerConfig { redis_url: None, promote_batch: DEFAULT_PROMOTE_BATCH }
+        SchedulerConfig {
+            redis_url: None,
+            redis_prefix: DEFAULT_REDIS_PREFIX.to_owned(),
+            promote_batch: DEFAULT_PROMOTE_BATCH,
+        }
     }
 }
 

@@ -2,14 +2,15 @@
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use delayq_config::Config;
 use delayq_ha::{Leadership, Standalone, ZkConfig, ZookeeperLeadership};
 use tokio_util::sync::CancellationToken;
 
 use crate::node::NodeIdentity;
+use delayq_queue::redis::{RedisScheduler, RedisSchedulerOptions};
 use delayq_queue::{MemoryScheduler, Scheduler};
-use delayq_store::{JobStore, SqliteStore};
+use delayq_store::{JobStore, MysqlStore, SqliteStore};
 
 /// Opens the durable store: the configured database, else SQLite in the data directory.
 pub(crate) async fn build_store(config: &Config, node: &str) -> anyhow::Result<Arc<dyn JobStore>> {
@@ -24,7 +25,10 @@ pub(crate) async fn build_store(config: &Config, node: &str) -> anyhow::Result<A
             let store = SqliteStore::open(url, node.to_owned()).await.context("failed to open the sqlite store")?;
             Ok(Arc::new(store))
         }
-        Some(_) => bail!("the mysql store is not available in this build"),
+        Some(url) => {
+            let store = MysqlStore::open(url, node.to_owned()).await.context("failed to open the mysql store")?;
+            Ok(Arc::new(store))
+        }
     }
 }
 
@@ -32,7 +36,14 @@ pub(crate) async fn build_store(config: &Config, node: &str) -> anyhow::Result<A
 pub(crate) async fn build_scheduler(config: &Config) -> anyhow::Result<Arc<dyn Scheduler>> {
     match config.scheduler.redis_url.as_deref() {
         None => Ok(Arc::new(MemoryScheduler::new())),
-        Some(_) => bail!("the redis scheduler is not available in this build"),
+        Some(urls) => {
+            let options =
+                RedisSchedulerOptions { prefix: config.scheduler.redis_prefix.clone(), ..RedisSchedulerOptions::default() };
+            let scheduler = RedisScheduler::connect(urls, options)
+                .await
+                .context("failed to connect to redis")?;
+            Ok(Arc::new(scheduler))
+        }
     }
 }
 

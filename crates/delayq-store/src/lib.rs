@@ -5,12 +5,18 @@
 //! Layout:
 //! - [`store`]: the [`JobStore`] trait, its errors and record types.
 //! - [`sqlite`]: the SQLite backend (embedded deployment).
+//! - [`mysql`]: the MySQL / MariaDB backend (distributed deployment).
+//! - `writer`: group commit shared by the SQL backends (one writer task, one
+//!   transaction per batch of queued writes).
 //! - `testsuite` (feature `testsuite`): the conformance suite every backend runs.
 
+pub mod mysql;
 pub mod sqlite;
 pub mod store;
+mod writer;
 #[cfg(feature = "testsuite")]
 pub mod testsuite;
 
+pub use mysql::MysqlStore;
 pub use sqlite::SqliteStore;
 pub use store::{BoxError, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};

@@ -1,1 +1,198 @@
-//! The conformance suite.
+//! The conformance suite every [`JobStore`] backend runs.
+//!
+//! Each `check_*` function is one behaviour of the [`JobStore`] contract. The
+//! checks are written for a database shared with other checks and other test
+//! processes running at the same time (MySQL in CI): each uses its own ids and
+//! topics, never assumes an empty table and never asserts a global count.
+//!
+//! A backend runs the suite with [`store_conformance!`](crate::store_conformance),
+//! one `#[tokio::test]` per check plus one that runs them all at once on one store.
+//!
+//! [`check_delete_all_live`] is the exception: it deletes every live job of the
+//! database, other checks' included, so it is not in the macro. Run it on a
+//! database of its own (SQLite: a fresh file; MySQL: a dedicated schema).
+//!
+//! `DELAYQ_TEST_REQUIRE_SERVICES=1` turns a skipped backend into a failure.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+
+use crate::store::{JobStore, ListCursor, StateChange, StoreError};
+
+mod reads;
+mod writes;
+
+pub use reads::*;
+pub use writes::*;
+
+/// Expands to one `#[tokio::test]` per shared-safe check, given an expression
+/// of type `impl Future<Output = Option<Arc<dyn JobStore>>>` evaluated once per
+/// test (`None`: the backend is not configured; the test prints "skipped" and passes).
+///
+/// ```ignore
+/// async fn sqlite_store() -> Option<Arc<dyn JobStore>> { ... }
+/// delayq_store::store_conformance!(sqlite_store());
+/// ```
+#[macro_export]
+macro_rules! store_conformance {
+    ($factory:expr) => {
+        $crate::store_conformance!(@checks $factory;
+            check_insert_get_round_trip,
+            check_duplicate_live_id_is_refused,
+            check_insert_over_ended_job_continues_history,
+            check_biz_key_unique_among_live_jobs,
+            check_replace,
+            check_record_and_history_in_order,
+            check_ended_jobs_never_move,
+            check_journal_is_ordered_with_durable_writes,
+            check_list_orders_and_pages,
+            check_live_jobs_pages_by_id,
+            check_counts,
+            check_concurrent_inserts_are_durable,
+            check_batch_with_refused_items,
+            check_ping_and_empty_writes,
+            check_all_concurrently,
+        );
+    };
+    (@checks $factory:expr; $($check:ident),+ $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $check() {
+                let Some(store) = $crate::testsuite::store_or_skip(stringify!($check), $factory).await else {
+                    return;
+                };
+                $crate::testsuite::$check(::std::sync::Arc::clone(&store)).await;
+                store.close().await;
+            }
+        )+
+    };
+}
+
+/// Awaits the factory; prints "skipped" when it has no store, or fails when
+/// `DELAYQ_TEST_REQUIRE_SERVICES=1`.
+pub async fn store_or_skip(
+    check: &str,
+    factory: impl Future<Output = Option<Arc<dyn JobStore>>>,
+) -> Option<Arc<dyn JobStore>> {
+    let store = factory.await;
+    if store.is_none() {
+        let required = std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").is_ok_and(|value| value == "1");
+        assert!(!required, "{check}: no store configured and DELAYQ_TEST_REQUIRE_SERVICES=1");
+        println!("skipped: {check} (store backend not configured)");
+    }
+    store
+}
+
+/// Returns a name no other check, test run or process uses (for ids and topics).
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::UNIX_EPOCH.elapsed().unwrap_or_default().as_nanos();
+    let sequence = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{nanos}-{sequence}", std::process::id())
+}
+
+/// Returns a waiting job with every optional field empty.
+pub fn sample_job(id: &str, topic: &Topic) -> Job {
+    let now = Timestamp::now();
+    Job {
+        id: job_id(id),
+        topic: topic.clone(),
+        subtopic: None,
+        body: format!("body of {id}"),
+        biz_key: None,
+        create_time: now,
+        delay: Duration::from_secs(60),
+        run_at: now.plus(Duration::from_secs(60)),
+        ttr: Duration::from_secs(30),
+        priority: 1,
+        max_retries: 3,
+        retry_backoff: Vec::new(),
+        ttl: Duration::ZERO,
+        attempt: 1,
+        state: JobState::Delay,
+        result: None,
+        updated_at: now,
+    }
+}
+
+/// Parses an id the checks built themselves.
+pub fn job_id(id: &str) -> JobId {
+    match JobId::parse(id) {
+        Ok(id) => id,
+        Err(invalid) => panic!("test id {id:?}: {invalid}"),
+    }
+}
+
+/// Returns a topic of its own for one check.
+pub fn unique_topic(prefix: &str) -> Topic {
+    match Topic::parse(unique_name(prefix)) {
+        Ok(topic) => topic,
+        Err(invalid) => panic!("test topic: {invalid}"),
+    }
+}
+
+/// Returns `job` moved to `state` at `at`, as a [`StateChange`].
+pub fn change(job: &Job, state: JobState, at: Timestamp) -> StateChange {
+    StateChange { id: job.id.clone(), state, attempt: job.attempt, run_at: job.run_at, at, result: None }
+}
+
+/// Inserts one job that must be accepted.
+pub async fn insert_ok(store: &dyn JobStore, job: &Job) {
+    let outcomes = store.insert(vec![job.clone()]).await.unwrap_or_else(|error| panic!("insert {}: {error}", job.id));
+    assert_eq!(outcomes.len(), 1, "one outcome per job");
+    if let Some(Err(refused)) = outcomes.first() {
+        panic!("insert {} refused: {refused}", job.id);
+    }
+}
+
+/// Returns the stored job, which must exist.
+pub async fn get_ok(store: &dyn JobStore, id: &JobId) -> Job {
+    match store.get(id).await {
+        Ok(Some(job)) => job,
+        Ok(None) => panic!("job {id} is missing"),
+        Err(error) => panic!("get {id}: {error}"),
+    }
+}
+
+/// Returns the states of a job's history, oldest first.
+pub async fn history_states(store: &dyn JobStore, id: &JobId) -> Vec<JobState> {
+    let history = store.history(id).await.unwrap_or_else(|error| panic!("history {id}: {error}"));
+    history.into_iter().map(|entry| entry.state).collect()
+}
+
+/// Pages through `list` with page size `page`; returns the ids in order.
+pub async fn list_all(store: &dyn JobStore, topic: &Topic, state: JobState, page: usize) -> Vec<JobId> {
+    let mut ids = Vec::new();
+    let mut cursor: Option<ListCursor> = None;
+    loop {
+        let jobs =
+            store.list(topic, state, page, cursor.as_ref()).await.unwrap_or_else(|error| panic!("list: {error}"));
+        assert!(jobs.len() <= page, "a page holds at most `limit` jobs");
+        if let (Some(cursor), Some(first)) = (&cursor, jobs.first()) {
+            assert!((first.run_at, &first.id) > (cursor.run_at, &cursor.id), "a page starts strictly after its cursor");
+        }
+        let Some(last) = jobs.last() else { break };
+        cursor = Some(ListCursor { run_at: last.run_at, id: last.id.clone() });
+        let full = jobs.len() == page;
+        ids.extend(jobs.into_iter().map(|job| job.id));
+        if !full {
+            break;
+        }
+    }
+    ids
+}
+
+/// Asserts that `outcome` is the refusal `expected` names.
+pub fn assert_refused(outcome: &Result<(), StoreError>, expected: &str) {
+    let matches = matches!(
+        (outcome, expected),
+        (Err(StoreError::IdTaken(_)), "IdTaken")
+            | (Err(StoreError::BizKeyTaken { .. }), "BizKeyTaken")
+            | (Err(StoreError::NotFound(_)), "NotFound")
+    );
+    assert!(matches, "expected {expected}, got {outcome:?}");
+}

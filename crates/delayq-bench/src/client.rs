@@ -1,0 +1,315 @@
+//! The HTTP client of the load generator: one keep-alive pool per role, pre-built
+//! URLs, and answers read only as far as each workload needs.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{HeaderValue, CONTENT_TYPE};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+use crate::error::{BenchError, BenchResult};
+
+/// How long any single request may take; longer than the longest long-poll.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How much of an unexpected answer goes into an error message.
+const ERROR_BODY_CHARS: usize = 300;
+/// The marker of a refused item in a `/push/batch` answer.
+const BATCH_ERROR_MARKER: &[u8] = b"\"error\":";
+
+/// A delayq server reached over HTTP/1.1 with a pool of keep-alive connections.
+#[derive(Clone)]
+pub(crate) struct BenchClient {
+    http: reqwest::Client,
+    base_url: String,
+    push_url: String,
+    batch_url: String,
+}
+
+/// A job handed out by `/pop`, with only the fields the workloads read.
+#[derive(Debug, Deserialize)]
+pub(crate) struct PoppedJob {
+    /// The job id, for `/finish`.
+    pub(crate) id: String,
+    /// The due time the server holds, in epoch ms.
+    #[serde(rename = "runAt")]
+    pub(crate) run_at_ms: u64,
+    /// The body as pushed.
+    pub(crate) body: String,
+}
+
+#[derive(Deserialize)]
+struct Envelope<T> {
+    data: T,
+}
+
+/// The live counts of one topic in `/stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TopicCounts {
+    /// Jobs waiting for their due time.
+    pub(crate) delay: u64,
+    /// Jobs due and not popped.
+    pub(crate) ready: u64,
+    /// Jobs popped and not finished.
+    pub(crate) reserved: u64,
+}
+
+impl BenchClient {
+    /// Returns a client of `server` keeping up to `pool_size` idle connections.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Invalid`] when the client cannot be built.
+    pub(crate) fn new(server: &str, pool_size: usize) -> BenchResult<BenchClient> {
+        let http = reqwest::Client::builder()
+            .http1_only()
+            .tcp_nodelay(true)
+            .no_proxy()
+            .pool_max_idle_per_host(pool_size.max(1))
+            .pool_idle_timeout(None)
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|error| BenchError::Invalid(format!("cannot build the http client: {error}")))?;
+        let base_url = server.trim_end_matches('/').to_owned();
+        let push_url = format!("{base_url}/push");
+        let batch_url = format!("{base_url}/push/batch");
+        Ok(BenchClient { http, base_url, push_url, batch_url })
+    }
+
+    /// Returns `path` (with its query) on the server.
+    pub(crate) fn url(&self, path_and_query: &str) -> String {
+        format!("{}{path_and_query}", self.base_url)
+    }
+
+    /// Opens `connections` keep-alive connections at once, so no workload pays for
+    /// connecting inside its timed phase.
+    ///
+    /// # Errors
+    /// Returns the first failure of a `/health` request.
+    pub(crate) async fn open_connections(&self, connections: usize) -> BenchResult<()> {
+        let mut requests = JoinSet::new();
+        let health_url = self.url("/health");
+        for _ in 0..connections {
+            let client = self.clone();
+            let url = health_url.clone();
+            requests.spawn(async move { client.send(client.http.get(&url), &url).await });
+        }
+        while let Some(joined) = requests.join_next().await {
+            let (status, body) =
+                joined.map_err(|error| BenchError::Invalid(format!("warm-up task failed: {error}")))??;
+            expect_ok(&health_url, status, &body)?;
+        }
+        Ok(())
+    }
+
+    /// Sends a request and reads the whole answer, so the connection goes back to the pool.
+    async fn send(&self, request: reqwest::RequestBuilder, url: &str) -> BenchResult<(u16, Bytes)> {
+        let http_error = |source| BenchError::Http { url: url.to_owned(), source };
+        let response = request.send().await.map_err(http_error)?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(http_error)?;
+        Ok((status, body))
+    }
+
+    async fn post_json(&self, url: &str, payload: Bytes) -> BenchResult<(u16, Bytes)> {
+        let request =
+            self.http.post(url).header(CONTENT_TYPE, HeaderValue::from_static("application/json")).body(payload);
+        self.send(request, url).await
+    }
+
+    /// Pushes one pre-serialized job; `Ok(false)` when the server refused it.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`] when the request itself failed.
+    pub(crate) async fn push(&self, payload: Bytes) -> BenchResult<bool> {
+        let (status, _) = self.post_json(&self.push_url, payload).await?;
+        Ok(status == 200)
+    }
+
+    /// Pushes a pre-serialized `{"jobs":[…]}` of `job_count` jobs; returns how many were refused.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`] when the request itself failed.
+    pub(crate) async fn push_batch(&self, payload: Bytes, job_count: usize) -> BenchResult<usize> {
+        let (status, body) = self.post_json(&self.batch_url, payload).await?;
+        if status != 200 {
+            return Ok(job_count);
+        }
+        Ok(count_batch_errors(&body))
+    }
+
+    /// Sends a pop whose URL the caller built once; returns the raw answer.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`] or [`BenchError::Status`].
+    pub(crate) async fn pop_raw(&self, pop_url: &str) -> BenchResult<Bytes> {
+        let (status, body) = self.send(self.http.get(pop_url), pop_url).await?;
+        expect_ok(pop_url, status, &body)?;
+        Ok(body)
+    }
+
+    /// Acknowledges a popped job; `Ok(false)` when the server refused.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`] when the request itself failed.
+    pub(crate) async fn finish(&self, job_id: &str) -> BenchResult<bool> {
+        let url = self.url(&format!("/finish?jobId={job_id}"));
+        let (status, _) = self.send(self.http.post(&url), &url).await?;
+        Ok(status == 200)
+    }
+
+    /// Deletes a live job.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`] or [`BenchError::Status`].
+    pub(crate) async fn delete(&self, job_id: &str) -> BenchResult<()> {
+        let url = self.url(&format!("/delete?jobId={job_id}"));
+        let (status, body) = self.send(self.http.post(&url), &url).await?;
+        expect_ok(&url, status, &body)
+    }
+
+    /// Calls `/clearAll`; returns how many jobs were cleared when the server says.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`] or [`BenchError::Status`].
+    pub(crate) async fn clear_all(&self) -> BenchResult<Option<u64>> {
+        let url = self.url("/clearAll");
+        let (status, body) = self.send(self.http.post(&url), &url).await?;
+        expect_ok(&url, status, &body)?;
+        let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        Ok(answer.pointer("/data/cleared").and_then(Value::as_u64))
+    }
+
+    /// Pushes one throw-away job to `topic` and deletes it, so the server's push path is warm.
+    ///
+    /// # Errors
+    /// Returns any failure of the push or the delete.
+    pub(crate) async fn warm_push(&self, topic: &str, body: &str) -> BenchResult<()> {
+        let item = crate::body::push_item(topic, crate::body::DueTime::DelayMs(3_600_000), body);
+        let (status, answer) = self.post_json(&self.push_url, Bytes::from(item)).await?;
+        expect_ok(&self.push_url, status, &answer)?;
+        let pushed: Envelope<Value> = parse_json(&self.push_url, &answer)?;
+        let Some(job_id) = pushed.data.get("id").and_then(Value::as_str) else {
+            return Err(protocol(&self.push_url, "no data.id in the push answer"));
+        };
+        self.delete(job_id).await
+    }
+
+    /// Returns the live counts of `topic` from `/stats`.
+    ///
+    /// # Errors
+    /// Returns a request failure, or [`BenchError::Protocol`] when the topic is not found.
+    pub(crate) async fn topic_counts(&self, topic: &str) -> BenchResult<TopicCounts> {
+        let url = self.url("/stats");
+        let (status, body) = self.send(self.http.get(&url), &url).await?;
+        expect_ok(&url, status, &body)?;
+        let stats: Value = parse_json(&url, &body)?;
+        find_topic_counts(&stats, topic).ok_or_else(|| protocol(&url, &format!("no counts for topic {topic}")))
+    }
+}
+
+/// Parses the jobs of a `/pop` answer.
+///
+/// # Errors
+/// Returns [`BenchError::Protocol`] when the answer is not the documented envelope.
+pub(crate) fn parse_popped(pop_url: &str, answer: &[u8]) -> BenchResult<Vec<PoppedJob>> {
+    let envelope: Envelope<Vec<PoppedJob>> = parse_json(pop_url, answer)?;
+    Ok(envelope.data)
+}
+
+fn parse_json<T: for<'de> Deserialize<'de>>(url: &str, answer: &[u8]) -> BenchResult<T> {
+    serde_json::from_slice(answer).map_err(|error| protocol(url, &error.to_string()))
+}
+
+fn protocol(url: &str, detail: &str) -> BenchError {
+    BenchError::Protocol { from: url.to_owned(), detail: detail.to_owned() }
+}
+
+fn expect_ok(url: &str, status: u16, body: &[u8]) -> BenchResult<()> {
+    if status == 200 {
+        return Ok(());
+    }
+    let text: String = String::from_utf8_lossy(body).chars().take(ERROR_BODY_CHARS).collect();
+    Err(BenchError::Status { url: url.to_owned(), status, body: text })
+}
+
+/// Counts the `{"error":…}` items of a batch answer without parsing it.
+fn count_batch_errors(answer: &[u8]) -> usize {
+    answer.windows(BATCH_ERROR_MARKER.len()).filter(|window| *window == BATCH_ERROR_MARKER).count()
+}
+
+/// Finds the counts of `topic` in a `/stats` answer: `data.topics.<topic>` first, else
+/// any object under a key equal to the topic that has a numeric `delay`.
+fn find_topic_counts(stats: &Value, topic: &str) -> Option<TopicCounts> {
+    if let Some(counts) = stats.pointer("/data/topics").and_then(|topics| topics.get(topic)) {
+        return counts_of(counts);
+    }
+    search_topic(stats, topic)
+}
+
+fn search_topic(value: &Value, topic: &str) -> Option<TopicCounts> {
+    match value {
+        Value::Object(fields) => {
+            if let Some(counts) = fields.get(topic).and_then(counts_of) {
+                return Some(counts);
+            }
+            fields.values().find_map(|child| search_topic(child, topic))
+        }
+        Value::Array(items) => items.iter().find_map(|item| {
+            let names_topic = item.get("topic").and_then(Value::as_str) == Some(topic);
+            if names_topic {
+                counts_of(item)
+            } else {
+                search_topic(item, topic)
+            }
+        }),
+        _ => None,
+    }
+}
+
+fn counts_of(value: &Value) -> Option<TopicCounts> {
+    let count = |field: &str| value.get(field).and_then(Value::as_u64).unwrap_or(0);
+    value.get("delay").and_then(Value::as_u64)?;
+    Some(TopicCounts { delay: count("delay"), ready: count("ready"), reserved: count("reserved") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_counts_come_from_data_topics() {
+        let stats = serde_json::json!({"success": true, "data": {
+            "topics": {"a": {"delay": 3, "ready": 1, "reserved": 0, "finished": 9}},
+            "totals": {"delay": 3}
+        }});
+        assert_eq!(find_topic_counts(&stats, "a"), Some(TopicCounts { delay: 3, ready: 1, reserved: 0 }));
+        assert_eq!(find_topic_counts(&stats, "b"), None);
+    }
+
+    #[test]
+    fn topic_counts_are_found_in_other_shapes() {
+        let listed = serde_json::json!({"data": {"queues": [{"topic": "a", "delay": 5}]}});
+        assert_eq!(find_topic_counts(&listed, "a"), Some(TopicCounts { delay: 5, ready: 0, reserved: 0 }));
+        let nested = serde_json::json!({"data": {"live": {"a": {"delay": 2, "ready": 7}}}});
+        assert_eq!(find_topic_counts(&nested, "a"), Some(TopicCounts { delay: 2, ready: 7, reserved: 0 }));
+    }
+
+    #[test]
+    fn batch_errors_are_counted() {
+        let answer = br#"{"success":true,"data":[{"id":"1","runAt":5},{"error":"delay must be >= 0"},{"error":"x"}]}"#;
+        assert_eq!(count_batch_errors(answer), 2);
+        assert_eq!(count_batch_errors(b"{}"), 0);
+    }
+
+    #[test]
+    fn popped_jobs_parse_from_the_envelope() {
+        let answer = br#"{"success":true,"message":"ok","data":[{"id":"9","topic":"t","subtopic":null,
+            "body":"{\"i\":1,\"due\":5,\"pad\":\"\"}","attempt":0,"runAt":5,"ttr":30000,"priority":1,"bizKey":null}]}"#;
+        let Ok(jobs) = parse_popped("pop", answer) else { panic!("valid answer") };
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].id, "9");
+        assert_eq!(jobs[0].run_at_ms, 5);
+        assert_eq!(crate::body::parse_body_fields(&jobs[0].body), Some((1, 5)));
+    }
+}

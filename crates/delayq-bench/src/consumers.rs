@@ -1,0 +1,319 @@
+//! The consumer side of the lateness and burst workloads: C long-polling `/pop` slots
+//! that stamp each receipt at once and hand the ack to a small pool of finishers, so
+//! acknowledging never delays the next pop.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use crate::body::parse_body_fields;
+use crate::client::{parse_popped, BenchClient, PoppedJob};
+use crate::clock::now_ms;
+use crate::error::BenchResult;
+
+/// How long a slot backs off after a failed pop.
+const POP_ERROR_BACKOFF: Duration = Duration::from_millis(20);
+/// How often the start-up waits look at the slot counter.
+const START_POLL: Duration = Duration::from_millis(5);
+/// How long outstanding finishes may take after the consumers stopped.
+const FINISH_DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Every receipt of one run, indexed by the job's `i`.
+pub(crate) struct ReceiptLog {
+    due_ms: Vec<u64>,
+    /// Epoch ms of the first receipt of each job; 0 until it arrives.
+    first_receipt_ms: Vec<AtomicU64>,
+    receipts: AtomicU64,
+    distinct: AtomicUsize,
+    unknown: AtomicU64,
+    due_mismatches: AtomicU64,
+    pop_errors: AtomicU64,
+    finished: AtomicU64,
+    finish_errors: AtomicU64,
+    last_finish_ms: AtomicU64,
+    stopped: AtomicBool,
+    started_slots: AtomicUsize,
+    all_received: Notify,
+}
+
+impl ReceiptLog {
+    /// Returns an empty log for jobs `0..due_ms.len()` due at `due_ms[i]`.
+    pub(crate) fn new(due_ms: Vec<u64>) -> ReceiptLog {
+        let first_receipt_ms = due_ms.iter().map(|_| AtomicU64::new(0)).collect();
+        ReceiptLog {
+            due_ms,
+            first_receipt_ms,
+            receipts: AtomicU64::new(0),
+            distinct: AtomicUsize::new(0),
+            unknown: AtomicU64::new(0),
+            due_mismatches: AtomicU64::new(0),
+            pop_errors: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            finish_errors: AtomicU64::new(0),
+            last_finish_ms: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+            started_slots: AtomicUsize::new(0),
+            all_received: Notify::new(),
+        }
+    }
+
+    fn record(&self, job: &PoppedJob, received_ms: u64) {
+        self.receipts.fetch_add(1, Ordering::Relaxed);
+        let Some((index, body_due_ms)) = parse_body_fields(&job.body) else {
+            self.unknown.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let (Some(first_receipt), Some(&due_ms)) =
+            (self.first_receipt_ms.get(index as usize), self.due_ms.get(index as usize))
+        else {
+            self.unknown.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if body_due_ms != due_ms || job.run_at_ms != due_ms {
+            self.due_mismatches.fetch_add(1, Ordering::Relaxed);
+        }
+        if first_receipt.compare_exchange(0, received_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            let distinct = self.distinct.fetch_add(1, Ordering::AcqRel) + 1;
+            if distinct == self.due_ms.len() {
+                self.all_received.notify_one();
+            }
+        }
+    }
+
+    /// Returns `first receipt − due` in ms of every received job.
+    pub(crate) fn latenesses_ms(&self) -> Vec<f64> {
+        let receipts = self.first_receipt_ms.iter().map(|receipt| receipt.load(Ordering::Relaxed));
+        receipts
+            .zip(&self.due_ms)
+            .filter(|(received_ms, _)| *received_ms != 0)
+            .map(|(received_ms, due_ms)| received_ms as f64 - *due_ms as f64)
+            .collect()
+    }
+
+    /// Returns a snapshot of the counters.
+    pub(crate) fn counters(&self) -> ReceiptCounters {
+        ReceiptCounters {
+            expected: self.due_ms.len() as u64,
+            received: self.distinct.load(Ordering::Acquire) as u64,
+            receipts: self.receipts.load(Ordering::Relaxed),
+            unknown: self.unknown.load(Ordering::Relaxed),
+            due_mismatches: self.due_mismatches.load(Ordering::Relaxed),
+            pop_errors: self.pop_errors.load(Ordering::Relaxed),
+            finished: self.finished.load(Ordering::Relaxed),
+            finish_errors: self.finish_errors.load(Ordering::Relaxed),
+            last_finish_ms: self.last_finish_ms.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The counters of a [`ReceiptLog`] at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ReceiptCounters {
+    /// Jobs pushed.
+    pub(crate) expected: u64,
+    /// Distinct jobs received.
+    pub(crate) received: u64,
+    /// Jobs received, duplicates included.
+    pub(crate) receipts: u64,
+    /// Receipts of jobs this run did not push.
+    pub(crate) unknown: u64,
+    /// Receipts whose body `due` or `runAt` differ from the due time pushed.
+    pub(crate) due_mismatches: u64,
+    /// Pops that failed.
+    pub(crate) pop_errors: u64,
+    /// Jobs finished.
+    pub(crate) finished: u64,
+    /// Finishes that failed.
+    pub(crate) finish_errors: u64,
+    /// Epoch ms when the last successful finish was answered; 0 when none was.
+    pub(crate) last_finish_ms: u64,
+}
+
+impl ReceiptCounters {
+    /// Records every counter plus `duplicates` and `missing` into `metrics`.
+    pub(crate) fn record_into(&self, metrics: &mut crate::report::Metrics) {
+        metrics.set("received", self.received as f64);
+        metrics.set("receipts", self.receipts as f64);
+        metrics.set("duplicates", self.receipts.saturating_sub(self.received + self.unknown) as f64);
+        metrics.set("missing", self.expected.saturating_sub(self.received) as f64);
+        metrics.set("unknown_receipts", self.unknown as f64);
+        metrics.set("due_mismatches", self.due_mismatches as f64);
+        metrics.set("pop_errors", self.pop_errors as f64);
+        metrics.set("finished", self.finished as f64);
+        metrics.set("finish_errors", self.finish_errors as f64);
+    }
+}
+
+/// How the consumers run.
+#[derive(Clone, Debug)]
+pub(crate) struct ConsumerSettings {
+    /// The full `/pop?topic=&count=&timeout=` URL.
+    pub(crate) pop_url: String,
+    /// Concurrent pop slots.
+    pub(crate) concurrency: usize,
+    /// Concurrent finish slots.
+    pub(crate) finish_concurrency: usize,
+    /// The pop long-poll timeout in ms.
+    pub(crate) pop_timeout_ms: u64,
+    /// How long to wait after every slot issued its first pop before pushing.
+    pub(crate) settle_ms: u64,
+}
+
+/// Running consumers and finishers.
+pub(crate) struct ConsumerPool {
+    log: Arc<ReceiptLog>,
+    consumers: JoinSet<()>,
+    finishers: JoinSet<()>,
+    pop_timeout: Duration,
+}
+
+impl ConsumerPool {
+    /// Opens the connections, starts every slot, and returns once all are waiting in a pop.
+    ///
+    /// # Errors
+    /// Returns a failure of opening the connections.
+    pub(crate) async fn start(
+        client: &BenchClient,
+        settings: &ConsumerSettings,
+        log: Arc<ReceiptLog>,
+    ) -> BenchResult<ConsumerPool> {
+        client.open_connections(settings.concurrency + settings.finish_concurrency).await?;
+        let mut finishers = JoinSet::new();
+        let mut finish_queues = Vec::new();
+        for _ in 0..settings.finish_concurrency.max(1) {
+            let (sender, receiver) = unbounded_channel();
+            finish_queues.push(sender);
+            finishers.spawn(finish_slot(client.clone(), receiver, Arc::clone(&log)));
+        }
+        let mut consumers = JoinSet::new();
+        for slot in 0..settings.concurrency.max(1) {
+            let slot_context = ConsumerSlot {
+                client: client.clone(),
+                pop_url: settings.pop_url.clone(),
+                log: Arc::clone(&log),
+                finish_queues: finish_queues.clone(),
+                next_queue: slot,
+            };
+            consumers.spawn(slot_context.run());
+        }
+        // Only the slots hold the queues now, so the finishers end when the slots do.
+        drop(finish_queues);
+        while log.started_slots.load(Ordering::Acquire) < settings.concurrency.max(1) {
+            tokio::time::sleep(START_POLL).await;
+        }
+        tokio::time::sleep(Duration::from_millis(settings.settle_ms)).await;
+        Ok(ConsumerPool { log, consumers, finishers, pop_timeout: Duration::from_millis(settings.pop_timeout_ms) })
+    }
+
+    /// Waits until every job was received or the wall clock reaches `deadline_ms`.
+    pub(crate) async fn wait_for_all(&self, deadline_ms: u64) {
+        let remaining = Duration::from_millis(deadline_ms.saturating_sub(now_ms()));
+        // A timeout is the normal way a run with missing jobs ends.
+        let _ = tokio::time::timeout(remaining, self.log.all_received.notified()).await;
+    }
+
+    /// Stops the slots (receipts after this are not counted) and drains the finishes.
+    pub(crate) async fn stop(mut self) {
+        self.log.stopped.store(true, Ordering::Release);
+        let slot_grace = self.pop_timeout + Duration::from_secs(2);
+        if tokio::time::timeout(slot_grace, drain(&mut self.consumers)).await.is_err() {
+            self.consumers.abort_all();
+            drain(&mut self.consumers).await;
+        }
+        if tokio::time::timeout(FINISH_DRAIN_LIMIT, drain(&mut self.finishers)).await.is_err() {
+            eprintln!("finishes still outstanding after {FINISH_DRAIN_LIMIT:?}; abandoning them");
+            self.finishers.abort_all();
+            drain(&mut self.finishers).await;
+        }
+    }
+}
+
+async fn drain(tasks: &mut JoinSet<()>) {
+    while tasks.join_next().await.is_some() {}
+}
+
+struct ConsumerSlot {
+    client: BenchClient,
+    pop_url: String,
+    log: Arc<ReceiptLog>,
+    finish_queues: Vec<UnboundedSender<String>>,
+    next_queue: usize,
+}
+
+impl ConsumerSlot {
+    async fn run(mut self) {
+        self.log.started_slots.fetch_add(1, Ordering::AcqRel);
+        while !self.log.stopped.load(Ordering::Acquire) {
+            let answer = self.client.pop_raw(&self.pop_url).await;
+            let received_ms = now_ms();
+            if self.log.stopped.load(Ordering::Acquire) {
+                break;
+            }
+            let jobs = answer.and_then(|answer| parse_popped(&self.pop_url, &answer));
+            let Ok(jobs) = jobs else {
+                self.log.pop_errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(POP_ERROR_BACKOFF).await;
+                continue;
+            };
+            for job in &jobs {
+                self.log.record(job, received_ms);
+            }
+            for job in jobs {
+                self.hand_to_finisher(job.id);
+            }
+        }
+    }
+
+    fn hand_to_finisher(&mut self, job_id: String) {
+        let queue = &self.finish_queues[self.next_queue % self.finish_queues.len()];
+        self.next_queue += 1;
+        if queue.send(job_id).is_err() {
+            self.log.finish_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+async fn finish_slot(client: BenchClient, mut queue: UnboundedReceiver<String>, log: Arc<ReceiptLog>) {
+    while let Some(job_id) = queue.recv().await {
+        match client.finish(&job_id).await {
+            Ok(true) => {
+                log.finished.fetch_add(1, Ordering::Relaxed);
+                log.last_finish_ms.fetch_max(now_ms(), Ordering::Relaxed);
+            }
+            _ => {
+                log.finish_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn popped(index: u64, due_ms: u64, run_at_ms: u64) -> PoppedJob {
+        let Ok(body) = crate::body::job_body(index, due_ms, 100) else { panic!("fits") };
+        PoppedJob { id: index.to_string(), run_at_ms, body }
+    }
+
+    #[test]
+    fn first_receipts_count_and_duplicates_do_not() {
+        let log = ReceiptLog::new(vec![100, 200]);
+        log.record(&popped(1, 200, 200), 250);
+        log.record(&popped(1, 200, 200), 300);
+        log.record(&popped(7, 200, 200), 300);
+        log.record(&popped(0, 100, 90), 95);
+        let counters = log.counters();
+        assert_eq!((counters.received, counters.receipts, counters.unknown), (2, 4, 1));
+        assert_eq!(counters.due_mismatches, 1);
+        let mut metrics = crate::report::Metrics::default();
+        counters.record_into(&mut metrics);
+        assert_eq!(metrics.get("duplicates"), Some(1.0));
+        assert_eq!(metrics.get("missing"), Some(0.0));
+        assert_eq!(log.latenesses_ms(), vec![-5.0, 50.0]);
+    }
+}

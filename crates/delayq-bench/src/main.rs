@@ -1,0 +1,217 @@
+//! `delayq-bench`: a load generator that runs the workloads of `bench/WORKLOADS.md`
+//! against a running delayq server over HTTP, so delayq's numbers sit in one table
+//! with the peers'.
+//!
+//! Must not: start or stop the server, or change any job but the ones it pushes (except
+//! with `--clear`, which calls `/clearAll`).
+//!
+//! Layout:
+//! - `main`: the CLI, the repeat loop and the run context.
+//! - `prng`: mulberry32, uniform delays and the Fisher–Yates order.
+//! - `body`, `pushers`: job bodies and the pre-serialized producer slots.
+//! - `consumers`: long-polling receive slots, receipts and the finishers.
+//! - `workload_push`, `workload_lateness`, `workload_memory`, `workload_burst`: one per workload.
+//! - `client`: the HTTP client; `procstat`: `/proc` and Redis `INFO` readings.
+//! - `report`: percentiles, tables, the median (min–max) summary and the JSON file.
+
+mod body;
+mod client;
+mod clock;
+mod consumers;
+mod error;
+mod prng;
+mod procstat;
+mod pushers;
+mod report;
+mod workload_burst;
+mod workload_lateness;
+mod workload_memory;
+mod workload_push;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+
+use crate::client::BenchClient;
+use crate::clock::now_ms;
+use crate::error::{BenchError, BenchResult};
+use crate::procstat::{Probes, ProcessProbe, RedisProbe};
+use crate::report::{Metrics, RepRecord};
+
+/// Runs a WORKLOADS.md workload against a running delayq server.
+#[derive(Parser, Debug)]
+#[command(name = "delayq-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    workload: Workload,
+}
+
+#[derive(Subcommand, Debug)]
+enum Workload {
+    /// W1: push throughput of delayed jobs (single or batch).
+    Push(WorkloadArgs<workload_push::PushArgs>),
+    /// W2: firing lateness of evenly spaced due times.
+    Lateness(WorkloadArgs<workload_lateness::LatenessArgs>),
+    /// W3: memory and journal bytes per pending delayed job.
+    Memory(WorkloadArgs<workload_memory::MemoryArgs>),
+    /// W4: N jobs due at one instant, drained by consumers.
+    Burst(WorkloadArgs<workload_burst::BurstArgs>),
+}
+
+/// A workload's own flags plus the flags every workload shares.
+#[derive(Args, Debug, Serialize)]
+struct WorkloadArgs<T: Args> {
+    #[command(flatten)]
+    #[serde(flatten)]
+    workload: T,
+    #[command(flatten)]
+    #[serde(flatten)]
+    common: CommonArgs,
+}
+
+/// Flags every workload shares.
+#[derive(Args, Clone, Debug, Serialize)]
+struct CommonArgs {
+    /// Base URL of the delayq server.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    server: String,
+    /// Pid of the server process, for CPU µs/job, RSS and written bytes from /proc.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Redis behind the server (`redis://host:port`), for `used_memory` and `INFO cpu`.
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// Write all parameters and numbers to this JSON file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Repetitions; the published numbers use 3 and report median (min–max).
+    #[arg(long, default_value_t = 1)]
+    repeats: usize,
+    /// Prefix of the unique topic each repetition uses.
+    #[arg(long, default_value = "bench")]
+    topic_prefix: String,
+    /// Call `/clearAll` before each repetition (deletes every live job on the server).
+    #[arg(long)]
+    clear: bool,
+    /// Tokio worker threads of the load generator (1 = a single-threaded runtime).
+    #[arg(long, default_value_t = 1)]
+    client_threads: usize,
+}
+
+/// What every workload run needs besides its own flags.
+pub(crate) struct RunContext {
+    /// Base URL of the server.
+    pub(crate) server: String,
+    /// Where resource numbers come from.
+    pub(crate) probes: Probes,
+}
+
+impl Workload {
+    fn name(&self) -> &'static str {
+        match self {
+            Workload::Push(_) => "push",
+            Workload::Lateness(_) => "lateness",
+            Workload::Memory(_) => "memory",
+            Workload::Burst(_) => "burst",
+        }
+    }
+
+    fn common(&self) -> &CommonArgs {
+        match self {
+            Workload::Push(args) => &args.common,
+            Workload::Lateness(args) => &args.common,
+            Workload::Memory(args) => &args.common,
+            Workload::Burst(args) => &args.common,
+        }
+    }
+
+    fn params(&self) -> serde_json::Value {
+        let params = match self {
+            Workload::Push(args) => serde_json::to_value(args),
+            Workload::Lateness(args) => serde_json::to_value(args),
+            Workload::Memory(args) => serde_json::to_value(args),
+            Workload::Burst(args) => serde_json::to_value(args),
+        };
+        params.unwrap_or(serde_json::Value::Null)
+    }
+
+    async fn run_once(&self, context: &RunContext, topic: &str) -> BenchResult<Metrics> {
+        match self {
+            Workload::Push(args) => workload_push::run(&args.workload, context, topic).await,
+            Workload::Lateness(args) => workload_lateness::run(&args.workload, context, topic).await,
+            Workload::Memory(args) => workload_memory::run(&args.workload, context, topic).await,
+            Workload::Burst(args) => workload_burst::run(&args.workload, context, topic).await,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let threads = cli.workload.common().client_threads;
+    let runtime = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
+    };
+    let outcome = match runtime {
+        Ok(runtime) => runtime.block_on(run_repeats(&cli.workload)),
+        Err(error) => Err(BenchError::io("start the tokio runtime", error)),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("delayq-bench: {}", error_chain(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs every repetition, prints the tables and writes the JSON file.
+async fn run_repeats(workload: &Workload) -> BenchResult<()> {
+    let common = workload.common();
+    if common.repeats == 0 {
+        return Err(BenchError::Invalid("repeats must be at least 1".into()));
+    }
+    let context = RunContext {
+        server: common.server.clone(),
+        probes: Probes {
+            server: common.server_pid.map(ProcessProbe::of_pid),
+            redis: common.redis_url.as_deref().map(RedisProbe::from_url).transpose()?,
+        },
+    };
+    let mut records = Vec::with_capacity(common.repeats);
+    for rep in 1..=common.repeats {
+        if common.clear {
+            let cleared = BenchClient::new(&common.server, 1)?.clear_all().await?;
+            println!("cleared {} live jobs", cleared.map_or("?".to_owned(), |count| count.to_string()));
+        }
+        let topic = format!("{}-{}-{}-{rep}", common.topic_prefix, workload.name(), now_ms());
+        let metrics = workload.run_once(&context, &topic).await?;
+        let record = RepRecord { rep, topic, metrics };
+        report::print_rep(workload.name(), common.repeats, &record);
+        records.push(record);
+    }
+    let summaries = report::summarize(&records);
+    if common.repeats > 1 {
+        report::print_summary(workload.name(), &records, &summaries);
+    }
+    if let Some(path) = &common.json {
+        let result = report::to_json(workload.name(), workload.params(), &records, &summaries);
+        report::write_json(path, &result)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Returns the error and its sources as `outer: inner: …`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,199 @@
+//! The producer side shared by every workload: pre-serialized push units sent by C
+//! slots, each a synchronous loop that pulls the next unit from a shared counter.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::task::JoinSet;
+
+use crate::body::{batch_payload, job_body, push_item, DueTime};
+use crate::client::BenchClient;
+use crate::clock::now_ms;
+use crate::error::BenchResult;
+
+/// How jobs travel to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum PushMode {
+    /// One job per `POST /push`.
+    Single,
+    /// Up to `--batch` jobs per `POST /push/batch`.
+    Batch,
+}
+
+/// One request's worth of jobs, serialized before the clock starts.
+pub(crate) struct PushUnit {
+    payload: Bytes,
+    job_count: usize,
+    /// Due times to check against the clock just before sending (`pushed_late`); empty
+    /// when the workload does not count late pushes.
+    due_ms: Vec<u64>,
+}
+
+/// One job to push: its index, due time as sent, and the `due` its body carries.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct JobSpec {
+    /// The job's index `i`.
+    pub(crate) index: u64,
+    /// What the push says about the due time.
+    pub(crate) due: DueTime,
+    /// The `due` field of the body (0 in workloads 1 and 3).
+    pub(crate) body_due_ms: u64,
+}
+
+/// Serializes `jobs` (already in push order) into units of `batch` jobs (single mode: 1).
+///
+/// When `check_late` is set each unit keeps its jobs' `runAt` to count `pushed_late`.
+///
+/// # Errors
+/// Returns [`crate::error::BenchError::Invalid`] when `body_bytes` is too small.
+pub(crate) fn build_units(
+    topic: &str,
+    jobs: &[JobSpec],
+    body_bytes: usize,
+    mode: PushMode,
+    batch: usize,
+    check_late: bool,
+) -> BenchResult<Vec<PushUnit>> {
+    let per_unit = if mode == PushMode::Single { 1 } else { batch.max(1) };
+    let mut units = Vec::with_capacity(jobs.len().div_ceil(per_unit));
+    for chunk in jobs.chunks(per_unit) {
+        let mut items = Vec::with_capacity(chunk.len());
+        for job in chunk {
+            items.push(push_item(topic, job.due, &job_body(job.index, job.body_due_ms, body_bytes)?));
+        }
+        let payload = match mode {
+            PushMode::Single => Bytes::from(items.pop().unwrap_or_default()),
+            PushMode::Batch => batch_payload(items.iter().map(String::as_str)),
+        };
+        let due_ms = if check_late { chunk.iter().map(|job| run_at_of(job.due)).collect() } else { Vec::new() };
+        units.push(PushUnit { payload, job_count: chunk.len(), due_ms });
+    }
+    Ok(units)
+}
+
+fn run_at_of(due: DueTime) -> u64 {
+    match due {
+        DueTime::RunAtMs(run_at_ms) => run_at_ms,
+        // A relative delay is never late by construction.
+        DueTime::DelayMs(_) => u64::MAX,
+    }
+}
+
+/// What the producers saw.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PushStats {
+    /// Per-request latency in µs.
+    pub(crate) latencies_us: Vec<u64>,
+    /// Jobs the server refused (status or batch item error).
+    pub(crate) refused_jobs: u64,
+    /// Jobs in requests that failed outright.
+    pub(crate) failed_jobs: u64,
+    /// Requests that failed outright.
+    pub(crate) failed_requests: u64,
+    /// Jobs whose due time had already come when their request was sent.
+    pub(crate) pushed_late: u64,
+}
+
+impl PushStats {
+    fn merge(&mut self, other: PushStats) {
+        self.latencies_us.extend(other.latencies_us);
+        self.refused_jobs += other.refused_jobs;
+        self.failed_jobs += other.failed_jobs;
+        self.failed_requests += other.failed_requests;
+        self.pushed_late += other.pushed_late;
+    }
+
+    /// Returns the jobs that did not get in.
+    pub(crate) fn job_errors(&self) -> u64 {
+        self.refused_jobs + self.failed_jobs
+    }
+}
+
+/// Sends every unit with `concurrency` slots in flight and waits for the last answer.
+pub(crate) async fn push_all(
+    client: &BenchClient,
+    units: Arc<Vec<PushUnit>>,
+    mode: PushMode,
+    concurrency: usize,
+) -> PushStats {
+    let next_unit = Arc::new(AtomicUsize::new(0));
+    let mut slots = JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let slot_client = client.clone();
+        let slot_units = Arc::clone(&units);
+        let slot_next = Arc::clone(&next_unit);
+        slots.spawn(async move { push_slot(&slot_client, &slot_units, &slot_next, mode).await });
+    }
+    let mut total = PushStats::default();
+    while let Some(joined) = slots.join_next().await {
+        match joined {
+            Ok(slot_stats) => total.merge(slot_stats),
+            Err(error) => eprintln!("a push slot died: {error}"),
+        }
+    }
+    total
+}
+
+async fn push_slot(client: &BenchClient, units: &[PushUnit], next_unit: &AtomicUsize, mode: PushMode) -> PushStats {
+    let mut stats = PushStats { latencies_us: Vec::with_capacity(units.len() / 16 + 1), ..PushStats::default() };
+    loop {
+        let unit_index = next_unit.fetch_add(1, Ordering::Relaxed);
+        let Some(unit) = units.get(unit_index) else { break };
+        if !unit.due_ms.is_empty() {
+            let now = now_ms();
+            stats.pushed_late += unit.due_ms.iter().filter(|due_ms| **due_ms <= now).count() as u64;
+        }
+        let sent_at = Instant::now();
+        let outcome = match mode {
+            PushMode::Single => client.push(unit.payload.clone()).await.map(|accepted| usize::from(!accepted)),
+            PushMode::Batch => client.push_batch(unit.payload.clone(), unit.job_count).await,
+        };
+        stats.latencies_us.push(sent_at.elapsed().as_micros() as u64);
+        match outcome {
+            Ok(refused) => stats.refused_jobs += refused as u64,
+            Err(error) => {
+                if stats.failed_requests == 0 {
+                    eprintln!("push failed: {error}");
+                }
+                stats.failed_requests += 1;
+                stats.failed_jobs += unit.job_count as u64;
+            }
+        }
+    }
+    stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jobs(count: u64) -> Vec<JobSpec> {
+        (0..count)
+            .map(|index| JobSpec { index, due: DueTime::RunAtMs(1000 + index), body_due_ms: 1000 + index })
+            .collect()
+    }
+
+    #[test]
+    fn batch_units_hold_up_to_batch_jobs() {
+        let Ok(units) = build_units("t", &jobs(5), 100, PushMode::Batch, 2, true) else { panic!("fits") };
+        assert_eq!(units.iter().map(|unit| unit.job_count).collect::<Vec<_>>(), vec![2, 2, 1]);
+        assert_eq!(units[1].due_ms, vec![1002, 1003]);
+        let Ok(payload) = serde_json::from_slice::<serde_json::Value>(&units[0].payload) else { panic!("json") };
+        assert_eq!(payload["jobs"][1]["runAt"], 1001);
+        let Some(body) = payload["jobs"][1]["body"].as_str() else { panic!("body is a string") };
+        assert_eq!(body.len(), 100);
+    }
+
+    #[test]
+    fn single_units_are_one_push_each() {
+        let Ok(units) = build_units("t", &jobs(3), 100, PushMode::Single, 1000, false) else { panic!("fits") };
+        assert_eq!(units.len(), 3);
+        assert!(units[2].due_ms.is_empty());
+        let Ok(item) = serde_json::from_slice::<serde_json::Value>(&units[2].payload) else { panic!("json") };
+        assert_eq!(item["topic"], "t");
+        assert!(item["body"].as_str().is_some_and(|body| body.starts_with("{\"i\":2,\"due\":1002,")));
+    }
+}

@@ -1,0 +1,123 @@
+//! Workload 3 (WORKLOADS.md §3): memory (and journal bytes) per pending delayed job.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::body::{job_body, DueTime};
+use crate::client::BenchClient;
+use crate::clock::now_ms;
+use crate::error::{BenchError, BenchResult};
+use crate::procstat::Probes;
+use crate::pushers::{build_units, push_all, JobSpec, PushMode};
+use crate::report::Metrics;
+use crate::workload_push::{record_push_stats, record_throughput};
+use crate::RunContext;
+
+/// Parameters of workload 3.
+#[derive(Args, Clone, Debug, Serialize)]
+pub(crate) struct MemoryArgs {
+    /// Jobs to push.
+    #[arg(long, default_value_t = 200_000)]
+    pub(crate) n: usize,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) body_bytes: usize,
+    /// Delay of every job in ms (nothing fires during the measurement).
+    #[arg(long, default_value_t = 3_600_000)]
+    pub(crate) delay_ms: u64,
+    /// Jobs per `/push/batch` call.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) batch: usize,
+    /// Batch calls in flight.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) batch_concurrency: usize,
+    /// Pause after the last ack before reading M1, so background journal writes land.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) settle_ms: u64,
+}
+
+/// One reading of every memory metric that is available.
+#[derive(Clone, Copy, Debug, Default)]
+struct MemoryReading {
+    server_rss_bytes: Option<f64>,
+    redis_used_memory_bytes: Option<f64>,
+    server_written_bytes: Option<f64>,
+}
+
+impl MemoryReading {
+    async fn take(probes: &Probes) -> MemoryReading {
+        let server = probes.server.as_ref();
+        MemoryReading {
+            server_rss_bytes: server.and_then(|probe| probe.rss_bytes().ok()).map(|bytes| bytes as f64),
+            redis_used_memory_bytes: probes.redis_used_memory().await,
+            server_written_bytes: server.and_then(|probe| probe.written_bytes()).map(|bytes| bytes as f64),
+        }
+    }
+}
+
+/// Runs workload 3 once on `topic`.
+///
+/// # Errors
+/// Returns invalid parameters or a failure before the measurement.
+pub(crate) async fn run(args: &MemoryArgs, context: &RunContext, topic: &str) -> BenchResult<Metrics> {
+    if args.n == 0 {
+        return Err(BenchError::Invalid("need n > 0".into()));
+    }
+    if context.probes.server.is_none() && context.probes.redis.is_none() {
+        eprintln!("memory: neither --server-pid nor --redis-url given; only the push numbers will be reported");
+    }
+    let jobs: Vec<JobSpec> = (0..args.n as u64)
+        .map(|index| JobSpec { index, due: DueTime::DelayMs(args.delay_ms), body_due_ms: 0 })
+        .collect();
+    let units = Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Batch, args.batch, false)?);
+    let client = BenchClient::new(&context.server, args.batch_concurrency)?;
+    client.open_connections(args.batch_concurrency).await?;
+    client.warm_push(&format!("{topic}-warmup"), &job_body(0, 0, args.body_bytes)?).await?;
+
+    let before = MemoryReading::take(&context.probes).await;
+    let cpu_before = context.probes.cpu_snapshot().await;
+    let start_ms = now_ms();
+    let stats = push_all(&client, units, PushMode::Batch, args.batch_concurrency).await;
+    let end_ms = now_ms();
+    tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
+    let after = MemoryReading::take(&context.probes).await;
+    let cpu_after = context.probes.cpu_snapshot().await;
+
+    let mut metrics = Metrics::default();
+    metrics.set("n", args.n as f64);
+    record_throughput(&mut metrics, args.n, start_ms, end_ms);
+    record_push_stats(&mut metrics, &stats);
+    record_delta(&mut metrics, "server_rss", before.server_rss_bytes, after.server_rss_bytes, args.n);
+    record_delta(
+        &mut metrics,
+        "redis_used_memory",
+        before.redis_used_memory_bytes,
+        after.redis_used_memory_bytes,
+        args.n,
+    );
+    record_delta(&mut metrics, "server_wchar", before.server_written_bytes, after.server_written_bytes, args.n);
+    for (name, value) in cpu_before.micros_per_job(&cpu_after, args.n) {
+        metrics.set_some(name, value);
+    }
+    let delayed = match client.topic_counts(topic).await {
+        Ok(counts) => counts.delay,
+        Err(error) => {
+            eprintln!("validity check failed: {error}");
+            0
+        }
+    };
+    metrics.set("server_delay_count", delayed as f64);
+    metrics.valid = delayed == args.n as u64;
+    Ok(metrics)
+}
+
+/// Records `<name>_before_bytes`, `<name>_after_bytes` and `<name>_bytes_per_job`.
+fn record_delta(metrics: &mut Metrics, name: &str, before: Option<f64>, after: Option<f64>, jobs: usize) {
+    let (Some(before), Some(after)) = (before, after) else { return };
+    metrics.set(&format!("{name}_before_bytes"), before);
+    metrics.set(&format!("{name}_after_bytes"), after);
+    metrics.set(&format!("{name}_bytes_per_job"), (after - before) / jobs as f64);
+}

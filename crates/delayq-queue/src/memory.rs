@@ -1,3 +1,0 @@
-//! The in-process scheduler backend.
-/// The in-process scheduler.
-pub struct MemoryScheduler;

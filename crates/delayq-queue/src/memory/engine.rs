@@ -1,0 +1,394 @@
+//! The synchronous state of the in-process scheduler: the job table, the
+//! timeline of everything due and the per-topic ready queues.
+//!
+//! Every method runs under the scheduler's mutex and takes the current time as
+//! a parameter, so the transitions are plain functions of their inputs.
+//!
+//! Jobs live in a slab and the indexes refer to them by slot number, so a
+//! transition updates a few small keys in place instead of moving or cloning
+//! the job.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use tokio::sync::Notify;
+
+use super::topic::TopicQueue;
+use crate::error::{QueueError, QueueResult};
+use crate::scheduler::{waiting_state, Promotion, TopicStats};
+
+/// Where a job sits in the slab.
+pub(super) type Slot = usize;
+/// A place in the timeline: the instant, then a sequence number that keeps keys unique.
+type DueKey = (Timestamp, u64);
+/// A place in a ready queue: priority first, then due time, then arrival (FIFO).
+pub(super) type ReadyKey = (u8, Timestamp, u64);
+
+/// One live job and where it is filed.
+struct Entry {
+    job: Job,
+    /// Its one pending instant: `run_at` when delayed, the ttl expiry when
+    /// ready (if it has a ttl), the ttr deadline when reserved.
+    due: Option<DueKey>,
+    /// Its place in the topic's ready queue when ready.
+    ready: Option<ReadyKey>,
+}
+
+/// The whole in-process scheduler state.
+#[derive(Default)]
+pub(super) struct Engine {
+    slots: Vec<Option<Entry>>,
+    free: Vec<Slot>,
+    by_id: HashMap<JobId, Slot>,
+    /// Every pending instant of every job, earliest first.
+    timeline: BTreeMap<DueKey, Slot>,
+    topics: HashMap<Topic, TopicQueue>,
+    seq: u64,
+    /// Signals to raise once the lock is released.
+    wakes: Wakes,
+}
+
+/// Signals an operation asks to raise after the lock is released.
+#[derive(Default)]
+pub(super) struct Wakes {
+    /// The timer must look again: something is due sooner than anything before.
+    pub(super) timer: bool,
+    /// One entry per job made ready.
+    pub(super) topics: Vec<Arc<Notify>>,
+}
+
+impl Engine {
+    /// Takes the signals gathered since the last call.
+    pub(super) fn take_wakes(&mut self) -> Wakes {
+        std::mem::take(&mut self.wakes)
+    }
+
+    /// Registers a waiter on the topic and returns its ready signal.
+    pub(super) fn wait_on(&mut self, topic: &Topic) -> Arc<Notify> {
+        let queue = self.topics.entry(topic.clone()).or_insert_with(TopicQueue::new);
+        queue.waiters += 1;
+        Arc::clone(&queue.signal)
+    }
+
+    /// Unregisters a waiter added with [`Engine::wait_on`]; forgets the topic if unused.
+    pub(super) fn stop_waiting(&mut self, topic: &Topic) {
+        if let Some(queue) = self.topics.get_mut(topic) {
+            queue.waiters = queue.waiters.saturating_sub(1);
+        }
+        self.forget_topic_if_unused(topic);
+    }
+
+    /// Returns whether the topic has ready jobs.
+    pub(super) fn has_ready(&self, topic: &Topic) -> bool {
+        self.topics.get(topic).is_some_and(|queue| !queue.ready.is_empty())
+    }
+
+    pub(super) fn schedule(&mut self, job: &Job, now: Timestamp) -> QueueResult<()> {
+        if self.by_id.contains_key(&job.id) {
+            return Err(QueueError::Conflict(format!("job {} already exists", job.id)));
+        }
+        let mut job = job.clone();
+        job.state = waiting_state(job.run_at, now);
+        self.insert(job);
+        Ok(())
+    }
+
+    /// Adds a job unless one with its id is held; a reserved job comes back ready.
+    /// Ended jobs are never added.
+    pub(super) fn restore(&mut self, job: &Job, now: Timestamp) -> bool {
+        if self.by_id.contains_key(&job.id) || job.state.is_terminal() {
+            return false;
+        }
+        let mut job = job.clone();
+        job.state = waiting_state(job.run_at, now);
+        self.insert(job);
+        true
+    }
+
+    pub(super) fn replace(&mut self, job: &Job, now: Timestamp) -> QueueResult<Job> {
+        let slot = self.slot_of(&job.id)?;
+        let state = self.job(slot).map(|current| current.state).ok_or_else(|| QueueError::NotFound(job.id.clone()))?;
+        if !matches!(state, JobState::Delay | JobState::Ready) {
+            return Err(QueueError::WrongState { id: job.id.clone(), state });
+        }
+        self.unfile(slot);
+        let mut replacement = job.clone();
+        replacement.state = waiting_state(replacement.run_at, now);
+        let old = self.entry_mut(slot).map(|entry| std::mem::replace(&mut entry.job, replacement.clone()));
+        self.file(slot, None);
+        if let Some(old) = old.filter(|old| old.topic != replacement.topic) {
+            self.forget_topic_if_unused(&old.topic);
+        }
+        Ok(replacement)
+    }
+
+    /// Reserves up to `count` ready jobs of `topic`, most urgent first.
+    pub(super) fn reserve(&mut self, topic: &Topic, count: usize, now: Timestamp) -> Vec<Job> {
+        let mut reserved = Vec::new();
+        while reserved.len() < count {
+            let Some(queue) = self.topics.get_mut(topic) else { break };
+            let Some((_, slot)) = queue.ready.pop_first() else { break };
+            self.unfile(slot);
+            let Some(entry) = self.entry_mut(slot) else { continue };
+            entry.job.state = JobState::Reserved;
+            entry.job.updated_at = now;
+            let deadline = now.plus(entry.job.ttr);
+            reserved.push(entry.job.clone());
+            self.file(slot, Some(deadline));
+        }
+        reserved
+    }
+
+    pub(super) fn finish(&mut self, id: &JobId) -> QueueResult<Job> {
+        let slot = self.reserved_slot(id)?;
+        self.remove(slot).ok_or_else(|| QueueError::NotFound(id.clone()))
+    }
+
+    pub(super) fn nack(&mut self, id: &JobId, delay: Duration, now: Timestamp) -> QueueResult<Job> {
+        let slot = self.reserved_slot(id)?;
+        let retries_left = self.job(slot).is_some_and(Job::has_retries_left);
+        if !retries_left {
+            let mut dead = self.remove(slot).ok_or_else(|| QueueError::NotFound(id.clone()))?;
+            dead.state = JobState::Dead;
+            dead.updated_at = now;
+            return Ok(dead);
+        }
+        self.unfile(slot);
+        let entry = self.entry_mut(slot).ok_or_else(|| QueueError::NotFound(id.clone()))?;
+        entry.job.attempt += 1;
+        entry.job.run_at = now.plus(delay);
+        entry.job.state = waiting_state(entry.job.run_at, now);
+        entry.job.updated_at = now;
+        let nacked = entry.job.clone();
+        self.file(slot, None);
+        Ok(nacked)
+    }
+
+    pub(super) fn touch(&mut self, id: &JobId, now: Timestamp) -> QueueResult<Job> {
+        let slot = self.reserved_slot(id)?;
+        self.unfile(slot);
+        let job = self.job(slot).cloned().ok_or_else(|| QueueError::NotFound(id.clone()))?;
+        self.file(slot, Some(now.plus(job.ttr)));
+        Ok(job)
+    }
+
+    pub(super) fn delete(&mut self, id: &JobId) -> QueueResult<Job> {
+        let slot = self.slot_of(id)?;
+        self.remove(slot).ok_or_else(|| QueueError::NotFound(id.clone()))
+    }
+
+    pub(super) fn get(&self, id: &JobId) -> Option<Job> {
+        self.by_id.get(id).and_then(|slot| self.job(*slot)).cloned()
+    }
+
+    /// Applies what is due at `now`, at most `max_batch` changes.
+    pub(super) fn promote(&mut self, now: Timestamp, max_batch: usize) -> Promotion {
+        let max_batch = max_batch.max(1);
+        let mut changed = Vec::new();
+        while changed.len() < max_batch {
+            let Some(first) = self.timeline.first_entry() else { break };
+            let (due_at, _) = *first.key();
+            if due_at > now {
+                break;
+            }
+            let slot = first.remove();
+            if let Some(job) = self.on_due(slot, due_at, now) {
+                changed.push(job);
+            }
+        }
+        // The caller learns the earliest instant from `next_due`; no need to wake it.
+        self.wakes.timer = false;
+        let next_due = self.timeline.first_key_value().map(|((at, _), _)| *at);
+        let more = changed.len() >= max_batch && next_due.is_some_and(|at| at <= now);
+        Promotion { changed, next_due, more }
+    }
+
+    pub(super) fn stats(&self) -> Vec<TopicStats> {
+        let mut stats: Vec<TopicStats> = self
+            .topics
+            .iter()
+            .filter(|(_, queue)| !queue.is_empty())
+            .map(|(topic, queue)| TopicStats {
+                topic: topic.clone(),
+                delay: queue.delay,
+                ready: queue.ready.len() as u64,
+                reserved: queue.reserved,
+            })
+            .collect();
+        stats.sort_by(|a, b| a.topic.cmp(&b.topic));
+        stats
+    }
+
+    pub(super) fn clear(&mut self) -> u64 {
+        let cleared = self.by_id.len() as u64;
+        self.slots.clear();
+        self.free.clear();
+        self.by_id.clear();
+        self.timeline.clear();
+        for queue in self.topics.values_mut() {
+            queue.ready.clear();
+            queue.delay = 0;
+            queue.reserved = 0;
+        }
+        self.topics.retain(|_, queue| !queue.is_unused());
+        cleared
+    }
+
+    /// Moves the job in `slot`, whose instant `due_at` has come, to its next
+    /// state; returns it as it is after the change.
+    fn on_due(&mut self, slot: Slot, due_at: Timestamp, now: Timestamp) -> Option<Job> {
+        let state = self.job(slot)?.state;
+        let retries_left = self.job(slot).is_some_and(Job::has_retries_left);
+        let ended = match state {
+            JobState::Reserved if !retries_left => JobState::Dead,
+            JobState::Ready => JobState::Expired,
+            JobState::Delay | JobState::Reserved => {
+                self.unfile(slot);
+                let entry = self.entry_mut(slot)?;
+                if state == JobState::Reserved {
+                    entry.job.attempt += 1;
+                    entry.job.run_at = due_at;
+                }
+                entry.job.state = JobState::Ready;
+                entry.job.updated_at = now;
+                let job = entry.job.clone();
+                self.file(slot, None);
+                return Some(job);
+            }
+            // Only live jobs are held.
+            _ => return None,
+        };
+        let mut job = self.remove(slot)?;
+        job.state = ended;
+        job.updated_at = now;
+        Some(job)
+    }
+
+    fn job(&self, slot: Slot) -> Option<&Job> {
+        self.slots.get(slot).and_then(Option::as_ref).map(|entry| &entry.job)
+    }
+
+    fn entry_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
+        self.slots.get_mut(slot).and_then(Option::as_mut)
+    }
+
+    fn slot_of(&self, id: &JobId) -> QueueResult<Slot> {
+        self.by_id.get(id).copied().ok_or_else(|| QueueError::NotFound(id.clone()))
+    }
+
+    fn reserved_slot(&self, id: &JobId) -> QueueResult<Slot> {
+        let slot = self.slot_of(id)?;
+        match self.job(slot).map(|job| job.state) {
+            Some(JobState::Reserved) => Ok(slot),
+            Some(state) => Err(QueueError::WrongState { id: id.clone(), state }),
+            None => Err(QueueError::NotFound(id.clone())),
+        }
+    }
+
+    /// Adds a new live job (`delay` or `ready`) and files it.
+    fn insert(&mut self, job: Job) {
+        let id = job.id.clone();
+        let entry = Some(Entry { job, due: None, ready: None });
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = entry;
+                slot
+            }
+            None => {
+                self.slots.push(entry);
+                self.slots.len() - 1
+            }
+        };
+        self.by_id.insert(id, slot);
+        self.file(slot, None);
+    }
+
+    /// Takes the job out of the slab and every index; returns it as it was.
+    fn remove(&mut self, slot: Slot) -> Option<Job> {
+        self.unfile(slot);
+        let entry = self.slots.get_mut(slot)?.take()?;
+        self.free.push(slot);
+        self.by_id.remove(&entry.job.id);
+        self.forget_topic_if_unused(&entry.job.topic);
+        Some(entry.job)
+    }
+
+    /// Files the job in `slot` by its state; `reserved_until` is the ttr
+    /// deadline of a reserved job.
+    fn file(&mut self, slot: Slot, reserved_until: Option<Timestamp>) {
+        let Some(entry) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return };
+        if !self.topics.contains_key(&entry.job.topic) {
+            self.topics.insert(entry.job.topic.clone(), TopicQueue::new());
+        }
+        let Some(queue) = self.topics.get_mut(&entry.job.topic) else { return };
+        let due_at = match entry.job.state {
+            JobState::Delay => {
+                queue.delay += 1;
+                Some(entry.job.run_at)
+            }
+            JobState::Ready => {
+                self.seq += 1;
+                let key = (entry.job.priority, entry.job.run_at, self.seq);
+                queue.ready.insert(key, slot);
+                entry.ready = Some(key);
+                self.wakes.topics.push(Arc::clone(&queue.signal));
+                entry.job.expires_at()
+            }
+            JobState::Reserved => {
+                queue.reserved += 1;
+                Some(reserved_until.unwrap_or_else(|| Timestamp::now().plus(entry.job.ttr)))
+            }
+            // Ended jobs are not held.
+            _ => None,
+        };
+        if let Some(at) = due_at {
+            self.seq += 1;
+            let key = (at, self.seq);
+            let earliest = match self.timeline.first_key_value() {
+                Some((first, _)) => key < *first,
+                None => true,
+            };
+            if earliest {
+                self.wakes.timer = true;
+            }
+            self.timeline.insert(key, slot);
+            entry.due = Some(key);
+        }
+    }
+
+    /// Takes the job in `slot` out of the timeline, its ready queue and the
+    /// counters; the topic entry stays (see `forget_topic_if_unused`).
+    fn unfile(&mut self, slot: Slot) {
+        let Some(entry) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return };
+        if let Some(due) = entry.due.take() {
+            self.timeline.remove(&due);
+        }
+        let ready = entry.ready.take();
+        let Some(queue) = self.topics.get_mut(&entry.job.topic) else { return };
+        match entry.job.state {
+            JobState::Delay => queue.delay = queue.delay.saturating_sub(1),
+            JobState::Reserved => queue.reserved = queue.reserved.saturating_sub(1),
+            _ => {}
+        }
+        if let Some(ready) = ready {
+            queue.ready.remove(&ready);
+        }
+    }
+
+    fn forget_topic_if_unused(&mut self, topic: &Topic) {
+        if self.topics.get(topic).is_some_and(TopicQueue::is_unused) {
+            self.topics.remove(topic);
+        }
+    }
+
+    /// Returns how many topics are filed (tests check that unused ones are forgotten).
+    #[cfg(test)]
+    pub(super) fn topic_count(&self) -> usize {
+        self.topics.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,384 @@
+use super::*;
+
+fn at(millis: u64) -> Timestamp {
+    Timestamp::from_millis(1_000_000 + millis)
+}
+
+fn job(id: &str, topic: &str, run_at: Timestamp) -> Job {
+    Job {
+        id: JobId::parse(id).expect("valid id"),
+        topic: Topic::parse(topic).expect("valid topic"),
+        subtopic: None,
+        body: format!("body of {id}"),
+        biz_key: None,
+        create_time: at(0),
+        delay: Duration::ZERO,
+        run_at,
+        ttr: Duration::from_millis(100),
+        priority: 1,
+        max_retries: 1,
+        retry_backoff: Vec::new(),
+        ttl: Duration::ZERO,
+        attempt: 1,
+        state: JobState::Delay,
+        result: None,
+        updated_at: at(0),
+    }
+}
+
+fn id(value: &str) -> JobId {
+    JobId::parse(value).expect("valid id")
+}
+
+fn topic(value: &str) -> Topic {
+    Topic::parse(value).expect("valid topic")
+}
+
+fn ids(jobs: &[Job]) -> Vec<&str> {
+    jobs.iter().map(|job| job.id.as_str()).collect()
+}
+
+/// Checks that the counters and indexes agree with the job table.
+fn assert_consistent(engine: &Engine) {
+    let mut expected_timeline = 0;
+    let mut held = 0;
+    for (slot, entry) in engine.slots.iter().enumerate() {
+        let Some(entry) = entry else {
+            assert!(engine.free.contains(&slot), "empty slot {slot} is free");
+            continue;
+        };
+        held += 1;
+        let job_id = &entry.job.id;
+        assert_eq!(engine.by_id.get(job_id), Some(&slot), "{job_id} is indexed by id");
+        let queue = engine.topics.get(&entry.job.topic).expect("topic of a held job is filed");
+        if let Some(due) = entry.due {
+            expected_timeline += 1;
+            assert_eq!(engine.timeline.get(&due), Some(&slot), "timeline entry of {job_id}");
+        }
+        match entry.job.state {
+            JobState::Ready => {
+                let key = entry.ready.expect("a ready job has a ready key");
+                assert_eq!(queue.ready.get(&key), Some(&slot));
+            }
+            _ => assert!(entry.ready.is_none(), "{job_id} is not ready but queued"),
+        }
+    }
+    assert_eq!(engine.by_id.len(), held, "every indexed id is held");
+    assert_eq!(engine.timeline.len(), expected_timeline, "no stale timeline entries");
+    let ready: usize = engine.topics.values().map(|queue| queue.ready.len()).sum();
+    let delay: u64 = engine.topics.values().map(|queue| queue.delay).sum();
+    let reserved: u64 = engine.topics.values().map(|queue| queue.reserved).sum();
+    let count = |state| engine.slots.iter().flatten().filter(|entry| entry.job.state == state).count();
+    assert_eq!(ready, count(JobState::Ready));
+    assert_eq!(delay as usize, count(JobState::Delay));
+    assert_eq!(reserved as usize, count(JobState::Reserved));
+}
+
+#[test]
+fn promotes_in_due_order_and_reports_next_due() {
+    let mut engine = Engine::default();
+    for (name, due) in [("c", 30), ("a", 10), ("b", 20)] {
+        engine.schedule(&job(name, "t", at(due)), at(0)).expect("new id");
+    }
+    let promotion = engine.promote(at(20), 100);
+    assert_eq!(ids(&promotion.changed), ["a", "b"]);
+    assert!(promotion.changed.iter().all(|job| job.state == JobState::Ready && job.updated_at == at(20)));
+    assert_eq!(promotion.next_due, Some(at(30)));
+    assert!(!promotion.more);
+    assert_eq!(ids(&engine.reserve(&topic("t"), 10, at(21))), ["a", "b"]);
+    assert_consistent(&engine);
+}
+
+#[test]
+fn a_full_batch_reports_more() {
+    let mut engine = Engine::default();
+    for n in 0..5 {
+        engine.schedule(&job(&format!("j{n}"), "t", at(10)), at(0)).expect("new id");
+    }
+    let first = engine.promote(at(10), 2);
+    assert_eq!((first.changed.len(), first.more, first.next_due), (2, true, Some(at(10))));
+    engine.promote(at(10), 2);
+    let last = engine.promote(at(10), 2);
+    assert_eq!((last.changed.len(), last.more, last.next_due), (1, false, None));
+    let zero = engine.promote(at(10), 0);
+    assert!(zero.changed.is_empty(), "nothing left to promote");
+    assert_consistent(&engine);
+}
+
+#[test]
+fn ready_queue_orders_by_priority_then_run_at_then_arrival() {
+    let mut engine = Engine::default();
+    let mut urgent_late = job("urgent-late", "t", at(5));
+    urgent_late.priority = 0;
+    let mut lazy = job("lazy", "t", at(1));
+    lazy.priority = 4;
+    let first_come = job("first-come", "t", at(3));
+    let second_come = job("second-come", "t", at(3));
+    let early = job("early", "t", at(2));
+    for job in [lazy, first_come, second_come, urgent_late, early] {
+        engine.schedule(&job, at(10)).expect("new id");
+    }
+    let reserved = engine.reserve(&topic("t"), 10, at(10));
+    assert_eq!(ids(&reserved), ["urgent-late", "early", "first-come", "second-come", "lazy"]);
+}
+
+#[test]
+fn ttr_expiry_redelivers_then_kills() {
+    let mut engine = Engine::default();
+    engine.schedule(&job("j", "t", at(0)), at(0)).expect("new id");
+    let first = engine.reserve(&topic("t"), 1, at(0));
+    assert_eq!(first[0].state, JobState::Reserved);
+    assert_eq!(engine.promote(at(99), 10).next_due, Some(at(100)), "ttr deadline is now + ttr");
+    let redelivered = engine.promote(at(100), 10).changed;
+    assert_eq!(redelivered.len(), 1);
+    assert_eq!((redelivered[0].state, redelivered[0].attempt, redelivered[0].run_at), (JobState::Ready, 2, at(100)));
+    engine.reserve(&topic("t"), 1, at(150));
+    let dead = engine.promote(at(250), 10).changed;
+    assert_eq!((dead[0].state, dead[0].attempt), (JobState::Dead, 2));
+    assert!(engine.get(&id("j")).is_none());
+    assert_consistent(&engine);
+    assert!(engine.topics.is_empty(), "an empty topic is forgotten");
+    assert!(engine.timeline.is_empty());
+}
+
+#[test]
+fn overdue_ttl_expires_in_the_same_round_as_promotion() {
+    let mut engine = Engine::default();
+    let mut stale = job("stale", "t", at(10));
+    stale.ttl = Duration::from_millis(5);
+    engine.schedule(&stale, at(0)).expect("new id");
+    let changed = engine.promote(at(100), 10).changed;
+    let states: Vec<JobState> = changed.iter().map(|job| job.state).collect();
+    assert_eq!(states, [JobState::Ready, JobState::Expired], "every step is a legal transition");
+    assert!(engine.by_id.is_empty() && engine.topics.is_empty());
+}
+
+#[test]
+fn reserving_disarms_the_ttl() {
+    let mut engine = Engine::default();
+    let mut j = job("j", "t", at(0));
+    j.ttl = Duration::from_millis(50);
+    j.ttr = Duration::from_millis(1_000);
+    engine.schedule(&j, at(0)).expect("new id");
+    engine.reserve(&topic("t"), 1, at(10));
+    assert!(engine.promote(at(500), 10).changed.is_empty());
+    assert_eq!(engine.get(&id("j")).map(|job| job.state), Some(JobState::Reserved));
+    assert_consistent(&engine);
+}
+
+#[test]
+fn replace_moves_the_job_without_leaving_stale_entries() {
+    let mut engine = Engine::default();
+    engine.schedule(&job("j", "t", at(10)), at(0)).expect("new id");
+    let mut later = job("j", "t", at(50));
+    later.body = "new".into();
+    assert_eq!(engine.replace(&later, at(1)).map(|job| job.state).ok(), Some(JobState::Delay));
+    assert!(engine.promote(at(20), 10).changed.is_empty(), "the old due time is gone");
+    let ready = engine.replace(&job("j", "t", at(0)), at(30)).expect("waiting job");
+    assert_eq!(ready.state, JobState::Ready);
+    engine.replace(&job("j", "t", at(0)), at(31)).expect("ready job");
+    assert_consistent(&engine);
+    let reserved = engine.reserve(&topic("t"), 10, at(32));
+    assert_eq!(ids(&reserved), ["j"], "exactly one copy");
+    assert!(matches!(
+        engine.replace(&job("j", "t", at(0)), at(33)),
+        Err(QueueError::WrongState { state: JobState::Reserved, .. })
+    ));
+    assert!(matches!(engine.replace(&job("nope", "t", at(0)), at(33)), Err(QueueError::NotFound(_))));
+}
+
+#[test]
+fn replace_into_another_topic_forgets_the_old_one() {
+    let mut engine = Engine::default();
+    engine.schedule(&job("j", "old", at(0)), at(0)).expect("new id");
+    engine.replace(&job("j", "new", at(0)), at(1)).expect("waiting job");
+    assert!(!engine.topics.contains_key(&topic("old")));
+    assert_eq!(ids(&engine.reserve(&topic("new"), 1, at(2))), ["j"]);
+}
+
+#[test]
+fn nack_redelays_or_kills() {
+    let mut engine = Engine::default();
+    engine.schedule(&job("j", "t", at(0)), at(0)).expect("new id");
+    engine.reserve(&topic("t"), 1, at(0));
+    let nacked = engine.nack(&id("j"), Duration::from_millis(40), at(10)).expect("reserved");
+    assert_eq!((nacked.state, nacked.attempt, nacked.run_at), (JobState::Delay, 2, at(50)));
+    assert!(matches!(engine.nack(&id("j"), Duration::ZERO, at(11)), Err(QueueError::WrongState { .. })));
+    engine.promote(at(50), 10);
+    engine.reserve(&topic("t"), 1, at(60));
+    let dead = engine.nack(&id("j"), Duration::ZERO, at(70)).expect("reserved");
+    assert_eq!(dead.state, JobState::Dead);
+    assert!(engine.by_id.is_empty() && engine.timeline.is_empty() && engine.topics.is_empty());
+}
+
+#[test]
+fn nack_without_delay_is_ready_at_once() {
+    let mut engine = Engine::default();
+    engine.schedule(&job("j", "t", at(0)), at(0)).expect("new id");
+    engine.reserve(&topic("t"), 1, at(0));
+    let nacked = engine.nack(&id("j"), Duration::ZERO, at(10)).expect("reserved");
+    assert_eq!((nacked.state, nacked.attempt), (JobState::Ready, 2));
+    assert_consistent(&engine);
+}
+
+#[test]
+fn touch_rearms_the_deadline() {
+    let mut engine = Engine::default();
+    engine.schedule(&job("j", "t", at(0)), at(0)).expect("new id");
+    engine.reserve(&topic("t"), 1, at(0));
+    engine.touch(&id("j"), at(80)).expect("reserved");
+    assert!(engine.promote(at(150), 10).changed.is_empty());
+    assert_eq!(engine.promote(at(180), 10).changed.len(), 1);
+    assert!(matches!(engine.touch(&id("j"), at(181)), Err(QueueError::WrongState { .. })));
+    assert_consistent(&engine);
+}
+
+#[test]
+fn restore_adds_once_and_brings_reserved_jobs_back_ready() {
+    let mut engine = Engine::default();
+    let mut stored = job("j", "t", at(0));
+    stored.state = JobState::Reserved;
+    stored.attempt = 3;
+    assert!(engine.restore(&stored, at(10)));
+    assert!(!engine.restore(&stored, at(11)));
+    let mut dead = job("dead", "t", at(0));
+    dead.state = JobState::Dead;
+    assert!(!engine.restore(&dead, at(11)), "ended jobs are not live");
+    let back = engine.get(&id("j")).expect("held");
+    assert_eq!((back.state, back.attempt), (JobState::Ready, 3));
+    assert_eq!(engine.reserve(&topic("t"), 10, at(12)).len(), 1);
+    assert_consistent(&engine);
+}
+
+#[test]
+fn the_timer_is_woken_only_for_a_new_earliest_instant() {
+    let mut engine = Engine::default();
+    engine.schedule(&job("a", "t", at(100)), at(0)).expect("new id");
+    assert!(engine.take_wakes().timer, "first instant");
+    engine.schedule(&job("b", "t", at(200)), at(0)).expect("new id");
+    assert!(!engine.take_wakes().timer, "later than the earliest");
+    engine.schedule(&job("c", "t", at(50)), at(0)).expect("new id");
+    assert!(engine.take_wakes().timer, "sooner than the earliest");
+    engine.promote(at(60), 10);
+    assert!(!engine.take_wakes().timer, "promote reports next_due itself");
+}
+
+#[test]
+fn each_job_made_ready_raises_its_topic_signal() {
+    let mut engine = Engine::default();
+    engine.schedule(&job("a", "t", at(0)), at(0)).expect("new id");
+    engine.schedule(&job("b", "t", at(10)), at(0)).expect("new id");
+    assert_eq!(engine.take_wakes().topics.len(), 1);
+    engine.promote(at(10), 10);
+    assert_eq!(engine.take_wakes().topics.len(), 1);
+}
+
+#[test]
+fn topics_are_kept_while_waited_on() {
+    let mut engine = Engine::default();
+    engine.wait_on(&topic("t"));
+    engine.schedule(&job("j", "t", at(0)), at(0)).expect("new id");
+    engine.reserve(&topic("t"), 1, at(0));
+    engine.finish(&id("j")).expect("reserved");
+    assert!(engine.topics.contains_key(&topic("t")), "a waiter holds it");
+    engine.stop_waiting(&topic("t"));
+    assert!(engine.topics.is_empty());
+}
+
+#[test]
+fn delete_and_stats_and_clear() {
+    let mut engine = Engine::default();
+    engine.schedule(&job("d", "a", at(100)), at(0)).expect("new id");
+    engine.schedule(&job("r", "a", at(0)), at(0)).expect("new id");
+    engine.schedule(&job("x", "b", at(0)), at(0)).expect("new id");
+    engine.reserve(&topic("b"), 1, at(0));
+    let stats = engine.stats();
+    assert_eq!(stats.len(), 2);
+    assert_eq!((stats[0].delay, stats[0].ready, stats[0].reserved), (1, 1, 0));
+    assert_eq!((stats[1].delay, stats[1].ready, stats[1].reserved), (0, 0, 1));
+    assert_eq!(engine.delete(&id("x")).map(|job| job.state).ok(), Some(JobState::Reserved));
+    assert!(matches!(engine.delete(&id("x")), Err(QueueError::NotFound(_))));
+    assert_eq!(engine.stats().len(), 1);
+    assert_consistent(&engine);
+    assert!(matches!(engine.schedule(&job("d", "a", at(0)), at(0)), Err(QueueError::Conflict(_))));
+    assert_eq!(engine.clear(), 2);
+    assert!(engine.by_id.is_empty() && engine.timeline.is_empty() && engine.topics.is_empty());
+}
+
+/// A tiny deterministic generator (xorshift64), enough to shuffle operations.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, sides: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % sides
+    }
+}
+
+#[test]
+fn random_operations_keep_every_index_consistent() {
+    let mut engine = Engine::default();
+    let mut dice = Dice(0x9E37_79B9_7F4A_7C15);
+    let mut now = 0;
+    for _ in 0..20_000 {
+        now += dice.roll(3);
+        let name = format!("j{}", dice.roll(48));
+        let job_id = id(&name);
+        let topic_name = format!("t{}", dice.roll(3));
+        let mut candidate = job(&name, &topic_name, at(now + dice.roll(20)));
+        candidate.priority = dice.roll(5) as u8;
+        candidate.max_retries = dice.roll(3) as u32;
+        candidate.ttl = Duration::from_millis([0, 0, 5, 30][dice.roll(4) as usize]);
+        candidate.ttr = Duration::from_millis(1 + dice.roll(40));
+        match dice.roll(10) {
+            0 | 1 => {
+                let _ = engine.schedule(&candidate, at(now));
+            }
+            2 => {
+                candidate.state = [JobState::Delay, JobState::Ready, JobState::Reserved][dice.roll(3) as usize];
+                engine.restore(&candidate, at(now));
+            }
+            3 => {
+                let _ = engine.replace(&candidate, at(now));
+            }
+            4 | 5 => {
+                let count = 1 + dice.roll(3) as usize;
+                for reserved in engine.reserve(&topic(&topic_name), count, at(now)) {
+                    assert_eq!(reserved.state, JobState::Reserved);
+                }
+            }
+            6 => {
+                let _ = match dice.roll(4) {
+                    0 => engine.finish(&job_id),
+                    1 => engine.nack(&job_id, Duration::from_millis(dice.roll(10)), at(now)),
+                    2 => engine.touch(&job_id, at(now)),
+                    _ => engine.delete(&job_id),
+                };
+            }
+            _ => {
+                let promotion = engine.promote(at(now), 1 + dice.roll(4) as usize);
+                for (n, changed) in promotion.changed.iter().enumerate() {
+                    assert!(matches!(changed.state, JobState::Ready | JobState::Dead | JobState::Expired));
+                    // A job promoted and expired in one round shows up twice; judge the last.
+                    if promotion.changed[n + 1..].iter().any(|later| later.id == changed.id) {
+                        continue;
+                    }
+                    let held = engine.get(&changed.id).map(|job| job.state);
+                    match changed.state {
+                        JobState::Ready => assert!(held.is_some()),
+                        _ => assert_eq!(held, None, "ended jobs are removed"),
+                    }
+                }
+                if let Some(next_due) = promotion.next_due {
+                    assert!(promotion.more || next_due > at(now), "everything due was promoted");
+                }
+            }
+        }
+        engine.take_wakes();
+        assert_consistent(&engine);
+        let counted: u64 = engine.stats().iter().map(|stats| stats.delay + stats.ready + stats.reserved).sum();
+        assert_eq!(counted, engine.by_id.len() as u64);
+    }
+}

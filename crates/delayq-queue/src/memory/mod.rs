@@ -1,0 +1,204 @@
+//! The in-process scheduler backend, for the embedded single node.
+//!
+//! All state sits behind one std [`Mutex`]: every operation is a short
+//! critical section (O(log n) map updates) that never spans an `.await`, which
+//! is also what makes each operation atomic with respect to every other.
+//!
+//! - Jobs live in a slab, found by id through a hash map; the indexes below
+//!   hold slot numbers, so a transition updates small keys in place and never
+//!   moves a job, cloning it only for what the caller gets back (`engine`).
+//! - The timeline is one ordered map of `(instant, seq)` holding, for each job,
+//!   its single pending instant: `run_at` while delayed, the ttl expiry while
+//!   ready, the ttr deadline while reserved. Entries are removed eagerly when
+//!   a job moves, so the timeline never holds stale instants.
+//! - Each topic has a ready queue ordered by `(priority, run_at, seq)` and a
+//!   [`Notify`] raised once per job made ready; long-polling consumers register
+//!   on it before looking, so no wakeup is lost, and a consumer that leaves
+//!   ready jobs behind passes the signal on (`topic`).
+//! - The timer's [`Notify`] is raised when an instant earlier than every
+//!   other one is filed, so the timer never sleeps past something due.
+//!
+//! Signals are raised after the lock is released. `restore` never adds an
+//! ended job; a `reserve` may still hand out a ready job whose ttl passed but
+//! that the timer has not expired yet.
+
+mod engine;
+mod topic;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, Timestamp, Topic};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use self::engine::Engine;
+use crate::error::QueueResult;
+use crate::scheduler::{Promotion, Scheduler, TopicStats};
+
+/// The longest a reserve waits when asked for an unrepresentable wait.
+const MAX_WAIT: Duration = Duration::from_secs(86_400);
+
+/// The in-process scheduler.
+pub struct MemoryScheduler {
+    engine: Mutex<Engine>,
+    /// Raised when something is due sooner than the timer may think.
+    timer: Arc<Notify>,
+}
+
+impl MemoryScheduler {
+    /// Creates an empty scheduler.
+    pub fn new() -> MemoryScheduler {
+        MemoryScheduler { engine: Mutex::new(Engine::default()), timer: Arc::new(Notify::new()) }
+    }
+
+    /// Runs `operation` under the lock, then raises the signals it asked for.
+    fn with_engine<T>(&self, operation: impl FnOnce(&mut Engine) -> T) -> T {
+        let (outcome, wakes) = {
+            let mut engine = self.lock();
+            let outcome = operation(&mut engine);
+            (outcome, engine.take_wakes())
+        };
+        if wakes.timer {
+            self.timer.notify_one();
+        }
+        for signal in wakes.topics {
+            signal.notify_one();
+        }
+        outcome
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while the lock was held (a bug) should not turn every later
+        // call into a panic too; the engine's maps stay usable.
+        self.engine.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Default for MemoryScheduler {
+    fn default() -> MemoryScheduler {
+        MemoryScheduler::new()
+    }
+}
+
+/// Holds a topic's ready signal while a consumer waits, and gives it back on
+/// every exit path (including cancellation) so unused topics are forgotten.
+struct Waiter<'a> {
+    scheduler: &'a MemoryScheduler,
+    topic: &'a Topic,
+    signal: Arc<Notify>,
+}
+
+impl<'a> Waiter<'a> {
+    fn new(scheduler: &'a MemoryScheduler, topic: &'a Topic) -> Waiter<'a> {
+        let signal = scheduler.lock().wait_on(topic);
+        Waiter { scheduler, topic, signal }
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.scheduler.lock().stop_waiting(self.topic);
+    }
+}
+
+#[async_trait]
+impl Scheduler for MemoryScheduler {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn schedule(&self, job: &Job) -> QueueResult<()> {
+        let now = Timestamp::now();
+        self.with_engine(|engine| engine.schedule(job, now))
+    }
+
+    async fn schedule_batch(&self, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
+        let now = Timestamp::now();
+        Ok(self.with_engine(|engine| jobs.iter().map(|job| engine.schedule(job, now)).collect()))
+    }
+
+    async fn restore(&self, job: &Job) -> QueueResult<bool> {
+        let now = Timestamp::now();
+        Ok(self.with_engine(|engine| engine.restore(job, now)))
+    }
+
+    async fn replace(&self, job: &Job) -> QueueResult<Job> {
+        let now = Timestamp::now();
+        self.with_engine(|engine| engine.replace(job, now))
+    }
+
+    async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let start = Instant::now();
+        let deadline = start.checked_add(wait).unwrap_or(start + MAX_WAIT);
+        let waiter = Waiter::new(self, topic);
+        loop {
+            // Listen before looking, so a job made ready in between is not missed.
+            let ready = waiter.signal.notified();
+            tokio::pin!(ready);
+            ready.as_mut().enable();
+            let (jobs, more_ready) = self.with_engine(|engine| {
+                let jobs = engine.reserve(topic, count, Timestamp::now());
+                (jobs, engine.has_ready(topic))
+            });
+            if !jobs.is_empty() || Instant::now() >= deadline {
+                if more_ready {
+                    // A signal this call consumed may have been meant for another waiter.
+                    waiter.signal.notify_one();
+                }
+                return Ok(jobs);
+            }
+            // On timeout, loop once more: the final look happens at the top.
+            let _ = tokio::time::timeout_at(deadline, ready).await;
+        }
+    }
+
+    async fn finish(&self, id: &JobId) -> QueueResult<Job> {
+        self.with_engine(|engine| engine.finish(id))
+    }
+
+    async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job> {
+        let now = Timestamp::now();
+        self.with_engine(|engine| engine.nack(id, delay, now))
+    }
+
+    async fn touch(&self, id: &JobId) -> QueueResult<Job> {
+        let now = Timestamp::now();
+        self.with_engine(|engine| engine.touch(id, now))
+    }
+
+    async fn delete(&self, id: &JobId) -> QueueResult<Job> {
+        self.with_engine(|engine| engine.delete(id))
+    }
+
+    async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
+        Ok(self.lock().get(id))
+    }
+
+    async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion> {
+        Ok(self.with_engine(|engine| engine.promote(now, max_batch)))
+    }
+
+    fn wakeup(&self) -> Arc<Notify> {
+        Arc::clone(&self.timer)
+    }
+
+    async fn stats(&self) -> QueueResult<Vec<TopicStats>> {
+        Ok(self.lock().stats())
+    }
+
+    async fn clear(&self) -> QueueResult<u64> {
+        Ok(self.with_engine(Engine::clear))
+    }
+
+    async fn ping(&self) -> QueueResult<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,279 @@
+//! The calls of the Redis scheduler on one shard: each is one script run
+//! (atomic in Redis), with its arguments built and its reply read here.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use redis::{Script, ScriptInvocation, Value};
+
+use super::codec::{self, CodecError};
+use super::connection::{bounded, unavailable, RedisConnection};
+use super::keys::{self, ShardKeys};
+use super::notify::Signals;
+use super::reply::{self, Status};
+use super::scripts::Scripts;
+use crate::error::{QueueError, QueueResult};
+use crate::scheduler::waiting_state;
+
+/// Shared state of one Redis scheduler instance.
+pub(super) struct Engine {
+    pub(super) connection: RedisConnection,
+    pub(super) scripts: Scripts,
+    pub(super) shards: Vec<ShardKeys>,
+    /// The prefix of keys and channels.
+    pub(super) prefix: String,
+    /// The bound on each Redis call.
+    pub(super) timeout: Duration,
+    pub(super) signals: Arc<Signals>,
+    /// Where the next cross-shard walk starts, so no shard is always last.
+    rotation: AtomicUsize,
+}
+
+/// What `finish` and `delete` require of the job.
+#[derive(Clone, Copy)]
+pub(super) enum Removal {
+    Finish,
+    Delete,
+}
+
+impl Engine {
+    pub(super) fn new(
+        connection: RedisConnection,
+        shards: Vec<ShardKeys>,
+        prefix: String,
+        timeout: Duration,
+        signals: Arc<Signals>,
+    ) -> Engine {
+        Engine { connection, scripts: Scripts::new(), shards, prefix, timeout, signals, rotation: AtomicUsize::new(0) }
+    }
+
+    /// Returns the shard of `id`.
+    pub(super) fn shard_of(&self, id: &JobId) -> &ShardKeys {
+        &self.shards[keys::shard_of(id, self.shards.len())]
+    }
+
+    /// Returns the shard a cross-shard walk starts at, advancing the rotation.
+    pub(super) fn next_start(&self) -> usize {
+        self.rotation.fetch_add(1, Ordering::Relaxed) % self.shards.len()
+    }
+
+    /// Adds jobs of one shard that it does not hold; returns whether each was added.
+    pub(super) async fn schedule(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp) -> QueueResult<Vec<bool>> {
+        let mut invocation = self.invocation(&self.scripts.schedule, shard, now);
+        let mut record = Vec::with_capacity(160);
+        for job in jobs {
+            push_job_args(&mut invocation, job, now, &mut record);
+        }
+        let reply = self.run(&invocation).await?;
+        let parse = || -> Result<Vec<bool>, CodecError> {
+            let mut items = reply::array(reply)?.into_iter();
+            let added = reply::array(reply::next(&mut items)?)?;
+            self.apply_signals(shard, &mut items)?;
+            added.iter().map(|flag| reply::int(flag).map(|flag| flag == 1)).collect()
+        };
+        let added = parse().map_err(unavailable)?;
+        if added.len() != jobs.len() {
+            return Err(unavailable(CodecError("reply")));
+        }
+        Ok(added)
+    }
+
+    /// Swaps a waiting job for `job`; returns it as scheduled.
+    pub(super) async fn replace(&self, job: &Job, now: Timestamp) -> QueueResult<Job> {
+        let shard = self.shard_of(&job.id);
+        let mut invocation = self.invocation(&self.scripts.replace, shard, now);
+        push_job_args(&mut invocation, job, now, &mut Vec::with_capacity(160));
+        let reply = self.run(&invocation).await?;
+        self.on_status(&job.id, reply, |items| {
+            let record = reply::bytes(reply::next(items)?)?;
+            self.apply_signals(shard, items)?;
+            codec::decode_record(job.id.clone(), job.topic.clone(), &record)
+        })
+    }
+
+    /// Pops up to `count` ready jobs of `topic` from one shard and reserves them;
+    /// returns them and how many ready jobs the shard has left.
+    pub(super) async fn reserve(&self, shard: &ShardKeys, topic: &Topic, count: usize) -> QueueResult<(Vec<Job>, u64)> {
+        let now = Timestamp::now();
+        let mut invocation = self.invocation(&self.scripts.reserve, shard, now);
+        invocation.key(shard.ready(topic.as_str())).arg(topic.as_str()).arg(count);
+        let reply = self.run(&invocation).await?;
+        let parse = || -> Result<(Vec<Job>, u64), CodecError> {
+            let mut items = reply::array(reply)?.into_iter();
+            let jobs = reply::jobs_of_topic(reply::next(&mut items)?, topic)?;
+            let left = reply::int(&reply::next(&mut items)?)?;
+            self.apply_signals(shard, &mut items)?;
+            Ok((jobs, u64::try_from(left).unwrap_or(0)))
+        };
+        parse().map_err(unavailable)
+    }
+
+    /// Finishes or deletes a job; returns it as it was.
+    pub(super) async fn remove(&self, id: &JobId, removal: Removal) -> QueueResult<Job> {
+        let shard = self.shard_of(id);
+        let mut invocation = self.invocation(&self.scripts.remove, shard, Timestamp::now());
+        let mode = match removal {
+            Removal::Finish => "finish",
+            Removal::Delete => "delete",
+        };
+        invocation.arg(keys::encode_id(id)).arg(mode);
+        let reply = self.run(&invocation).await?;
+        self.on_status(id, reply, |items| reply::job(id.clone(), items))
+    }
+
+    /// Restarts the ttr of a reserved job; returns it.
+    pub(super) async fn touch(&self, id: &JobId) -> QueueResult<Job> {
+        let shard = self.shard_of(id);
+        let mut invocation = self.invocation(&self.scripts.touch, shard, Timestamp::now());
+        invocation.arg(keys::encode_id(id));
+        let reply = self.run(&invocation).await?;
+        self.on_status(id, reply, |items| reply::job(id.clone(), items))
+    }
+
+    /// Gives a reserved job back after `delay`; returns it after the change.
+    pub(super) async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job> {
+        let shard = self.shard_of(id);
+        let now = Timestamp::now();
+        let mut invocation = self.invocation(&self.scripts.nack, shard, now);
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX).min(1 << 52);
+        invocation.arg(keys::encode_id(id)).arg(delay_ms);
+        let reply = self.run(&invocation).await?;
+        self.on_status(id, reply, |items| {
+            let mut job = reply::job(id.clone(), items)?;
+            let state = codec::state_of_code(reply::int(&reply::next(items)?)?)?;
+            if state == JobState::Dead {
+                job.state = state;
+                job.updated_at = now;
+            }
+            self.apply_signals(shard, items)?;
+            Ok(job)
+        })
+    }
+
+    /// Returns the live job `id`.
+    pub(super) async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
+        let shard = self.shard_of(id);
+        let mut invocation = self.invocation(&self.scripts.get, shard, Timestamp::now());
+        invocation.arg(keys::encode_id(id));
+        let reply = self.run(&invocation).await?;
+        if reply == Value::Nil {
+            return Ok(None);
+        }
+        let mut items = reply::array(reply).map_err(unavailable)?.into_iter();
+        reply::job(id.clone(), &mut items).map(Some).map_err(unavailable)
+    }
+
+    /// Applies at most `limit` due entries of one shard at `now`; returns the
+    /// changed jobs and the shard's earliest instant afterwards.
+    pub(super) async fn promote(
+        &self,
+        shard: &ShardKeys,
+        now: Timestamp,
+        limit: usize,
+    ) -> QueueResult<(Vec<Job>, Option<u64>)> {
+        let mut invocation = self.invocation(&self.scripts.promote, shard, now);
+        invocation.arg(limit);
+        let reply = self.run(&invocation).await?;
+        let parse = || -> Result<(Vec<Job>, Option<u64>), CodecError> {
+            let mut items = reply::array(reply)?.into_iter();
+            let changed = reply::changed_jobs(reply::next(&mut items)?, now)?;
+            let next_due = reply::instant(&reply::next(&mut items)?)?;
+            // The timer learns the next instant from the reply; only ready hints matter here.
+            let _wake = reply::next(&mut items)?;
+            for topic in reply::topics(reply::next(&mut items)?)? {
+                self.signals.on_ready(shard.index, &topic);
+            }
+            Ok((changed, next_due))
+        };
+        parse().map_err(unavailable)
+    }
+
+    /// Removes every job of one shard; returns how many there were.
+    pub(super) async fn clear(&self, shard: &ShardKeys) -> QueueResult<u64> {
+        let invocation = self.invocation(&self.scripts.clear, shard, Timestamp::now());
+        let reply = self.run(&invocation).await?;
+        let cleared = reply::int(&reply).map_err(unavailable)?;
+        Ok(u64::try_from(cleared).unwrap_or(0))
+    }
+
+    /// Returns the live counts of one shard: `(state letter + topic, count)`.
+    pub(super) async fn counts(&self, shard: &ShardKeys) -> QueueResult<Vec<(String, i64)>> {
+        self.connection.query(redis::cmd("HGETALL").arg(&shard.counts), self.timeout).await
+    }
+
+    /// Returns the scores of the first `count` ready jobs of `topic` in one shard.
+    pub(super) async fn peek_ready(&self, shard: &ShardKeys, topic: &Topic, count: usize) -> QueueResult<Vec<u64>> {
+        let last = count.saturating_sub(1);
+        let mut command = redis::cmd("ZRANGE");
+        command.arg(shard.ready(topic.as_str())).arg(0).arg(last).arg("WITHSCORES");
+        let flat: Vec<Vec<u8>> = self.connection.query(&command, self.timeout).await?;
+        flat.iter()
+            .skip(1)
+            .step_by(2)
+            .map(|score| {
+                let score = std::str::from_utf8(score).ok().and_then(|text| text.parse::<f64>().ok());
+                score.map(|score| score as u64).ok_or_else(|| unavailable(CodecError("score")))
+            })
+            .collect()
+    }
+
+    /// Starts a script call on `shard` with the common KEYS and ARGV (lib.lua).
+    fn invocation<'a>(&self, script: &'a Script, shard: &ShardKeys, now: Timestamp) -> ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&shard.jobs)
+            .key(&shard.timeline)
+            .key(&shard.counts)
+            .key(&shard.topics)
+            .arg(&self.signals.origin)
+            .arg(now.as_millis())
+            .arg(&self.prefix)
+            .arg(shard.index);
+        invocation
+    }
+
+    async fn run(&self, invocation: &ScriptInvocation<'_>) -> QueueResult<Value> {
+        let mut connection = self.connection.clone();
+        bounded(self.timeout, invocation.invoke_async(&mut connection)).await
+    }
+
+    /// Applies the trailing `wake due, readied topics` of a reply on this node.
+    fn apply_signals(&self, shard: &ShardKeys, items: &mut impl Iterator<Item = Value>) -> Result<(), CodecError> {
+        if let Some(due) = reply::instant(&reply::next(items)?)? {
+            self.signals.on_wake(due, shard.index);
+        }
+        for topic in reply::topics(reply::next(items)?)? {
+            self.signals.on_ready(shard.index, &topic);
+        }
+        Ok(())
+    }
+
+    /// Maps a one-job reply: `done` reads the rest of a successful one.
+    fn on_status<T>(
+        &self,
+        id: &JobId,
+        reply: Value,
+        done: impl FnOnce(&mut std::vec::IntoIter<Value>) -> Result<T, CodecError>,
+    ) -> QueueResult<T> {
+        match reply::status(reply).map_err(unavailable)? {
+            Status::Done(mut items) => done(&mut items).map_err(unavailable),
+            Status::NotFound => Err(QueueError::NotFound(id.clone())),
+            Status::WrongState(state) => Err(QueueError::WrongState { id: id.clone(), state }),
+        }
+    }
+}
+
+/// Appends one job as schedule.lua and replace.lua read it: id, topic,
+/// record (in its waiting state at `now`), score, expiry.
+fn push_job_args(invocation: &mut ScriptInvocation<'_>, job: &Job, now: Timestamp, record: &mut Vec<u8>) {
+    let state = waiting_state(job.run_at, now);
+    record.clear();
+    codec::encode_record(job, state, record);
+    let (score, expiry) = match state {
+        JobState::Ready => (codec::ready_score(job), codec::expiry_millis(job)),
+        _ => (codec::due_millis(job), 0),
+    };
+    invocation.arg(keys::encode_id(&job.id)).arg(job.topic.as_str()).arg(record.as_slice()).arg(score).arg(expiry);
+}

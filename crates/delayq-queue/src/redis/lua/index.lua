@@ -1,0 +1,96 @@
+-- index.lua: filing jobs in the timeline, the ready queues and the counts, and the
+-- signals a call publishes. Needs nothing but lib.lua.
+
+-- Live counts change in memory and are written once per field by done().
+local count_deltas, count_fields = {}, {}
+
+local function count(state, topic, delta)
+  local field = sub(LETTERS, state + 1, state + 1) .. topic
+  local current = count_deltas[field]
+  if current == nil then
+    count_fields[#count_fields + 1] = field
+    current = 0
+  end
+  count_deltas[field] = current + delta
+end
+
+-- Signals gathered by this call, published (and returned) by done().
+local wake_due = false
+local readied, readied_list = {}, {}
+-- The shard's earliest instant as this call knows it (nil: not read yet, false: none).
+local first_due = nil
+
+-- Puts an instant on the timeline; remembers it when it is sooner than the
+-- shard's earliest. (If the call removed that earliest entry, the timer still
+-- wakes for it and then learns the next one, so nothing is missed.)
+local function arm(id, at)
+  if first_due == nil then
+    local first = redis.call('ZRANGE', D, 0, 0, 'WITHSCORES')
+    first_due = first[2] and tonumber(first[2]) or false
+  end
+  redis.call('ZADD', D, at, id)
+  if first_due == false or at < first_due then
+    first_due = at
+    wake_due = at
+  end
+end
+
+-- Files a job in its topic's ready queue (score computed by the caller) and arms its ttl expiry.
+local function enqueue_ready(id, topic, score, expiry)
+  local key = BASE .. 'r:' .. topic
+  redis.call('ZADD', key, score, id)
+  if expiry > 0 then
+    arm(id, expiry)
+  end
+  -- Waiters only need a signal when the queue goes from empty to not empty,
+  -- which only the first job of this call into the queue can do.
+  if readied[topic] == nil then
+    readied[topic] = redis.call('ZCARD', key) == 1
+    if readied[topic] then
+      readied_list[#readied_list + 1] = topic
+    end
+  end
+end
+
+-- Files a decoded job by its state (delay or ready).
+local function attach(id, h, topic)
+  count(h.state, topic, 1)
+  if h.state == DELAY then
+    arm(id, h.run_at)
+  else
+    local expiry = 0
+    if h.ttl > 0 then
+      expiry = h.run_at + h.ttl
+    end
+    enqueue_ready(id, topic, h.prio * PRIORITY_WEIGHT + h.run_at, expiry)
+  end
+end
+
+-- Takes a decoded job out of the timeline, its ready queue and the counts (not the pool).
+local function detach(id, h, topic)
+  count(h.state, topic, -1)
+  redis.call('ZREM', D, id)
+  if h.state == READY then
+    redis.call('ZREM', BASE .. 'r:' .. topic, id)
+  end
+end
+
+-- Writes the counts, publishes what this call changed, and returns the
+-- signals for the caller's own node: wake due (or false), readied topics.
+local function done()
+  for _, field in ipairs(count_fields) do
+    local delta = count_deltas[field]
+    if delta ~= 0 and redis.call('HINCRBY', C, field, delta) <= 0 then
+      redis.call('HDEL', C, field)
+    end
+  end
+  local due = false
+  if wake_due then
+    due = string.format('%.0f', wake_due)
+    redis.call('PUBLISH', PREFIX .. ':wake', ORIGIN .. ' ' .. due .. ' ' .. SHARD)
+  end
+  for _, topic in ipairs(readied_list) do
+    redis.call('PUBLISH', PREFIX .. ':ready', ORIGIN .. ' ' .. SHARD .. ' ' .. topic)
+  end
+  return due, readied_list
+end

@@ -1,0 +1,47 @@
+-- lib.lua: the first part of every delayq script (scripts.rs prepends it, then the
+-- other parts a script needs: varint.lua, record.lua, topics.lua, index.lua). The
+-- parts are kept apart because each call runs its whole prelude: a script that
+-- creates fewer closures runs faster.
+--
+-- Common KEYS (all in one shard, so one cluster slot: they share the hash tag {prefix:shard}):
+--   KEYS[1] {p:s}:j  HASH  job pool: field = encoded id, value = job record
+--   KEYS[2] {p:s}:d  ZSET  timeline: member = id, score = the job's one pending instant
+--                          (run_at when delayed, ttl expiry when ready, ttr deadline when reserved)
+--   KEYS[3] {p:s}:c  HASH  live counts: field = state letter (d, r, x) .. topic
+--   KEYS[4] {p:s}:t  HASH  topic codes: 'n' .. name -> code, 'c' .. code -> name, '#' -> last code
+-- Ready queues {p:s}:r:<topic> (ZSET, score = priority * 2^43 + run_at) are derived from KEYS[1]
+-- and share its hash tag.
+-- Common ARGV:
+--   ARGV[1] origin: the calling scheduler instance, echoed in published messages
+--   ARGV[2] now: the caller's wall clock in epoch ms
+--   ARGV[3] prefix: channels are <prefix>:wake and <prefix>:ready
+--   ARGV[4] shard index
+-- Script arguments start at ARGV[5].
+--
+-- Job record (value in the pool; Rust's codec.rs is the other half):
+--   byte 1          priority (bits 0-2) + state (bits 3-4: 0 delay, 1 ready, 2 reserved) + flags (bits 5-7)
+--   varint          topic code
+--   varint          attempt
+--   varint          max_retries
+--   varint          create_time (epoch ms)
+--   zigzag varint   run_at - create_time
+--   zigzag varint   updated_at - create_time
+--   varint          ttr ms
+--   varint          ttl ms
+--   zigzag varint   delay - (run_at - create_time)
+--   tail            opaque to Lua: body, subtopic, biz_key, backoff, result
+-- Lua numbers are doubles: every value stays below 2^53.
+
+local J, D, C, T = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local BASE = string.sub(J, 1, -2)
+local ORIGIN = ARGV[1]
+local NOW = tonumber(ARGV[2])
+local PREFIX = ARGV[3]
+local SHARD = ARGV[4]
+
+local DELAY, READY, RESERVED, DEAD, EXPIRED = 0, 1, 2, 5, 6
+local LETTERS = 'drx' -- count field prefix by state (delay, ready, reserved)
+local PRIORITY_WEIGHT = 8796093022208 -- 2^43 ms, about 278 years
+
+local floor, byte, char, sub = math.floor, string.byte, string.char, string.sub
+

@@ -1,0 +1,18 @@
+-- remove.lua: ends a live job (finish: only a reserved one; delete: any).
+-- KEYS: the common four (lib.lua).
+-- ARGV[5] id, ARGV[6] 'finish' | 'delete'
+-- Returns: { 'ok', topic, record as it was } | { 'nf' } | { 'ws', state }
+local id = ARGV[5]
+local rec = redis.call('HGET', J, id)
+if not rec then
+  return { 'nf' }
+end
+local h = decode(rec)
+if ARGV[6] == 'finish' and h.state ~= RESERVED then
+  return { 'ws', h.state }
+end
+local topic = topic_name(h.topic)
+detach(id, h, topic)
+redis.call('HDEL', J, id)
+done()
+return { 'ok', topic, rec }

@@ -1,0 +1,29 @@
+-- schedule.lua: adds jobs the shard does not hold yet (schedule, schedule_batch, restore).
+-- KEYS: the common four (lib.lua).
+-- ARGV[5..]: five per job:
+--   id       encoded id (the pool field)
+--   topic    topic name
+--   record   job record built without a topic code; its state (delay or ready) was
+--            decided by the caller against ARGV[2]
+--   score    run_at when delayed; priority * 2^43 + run_at when ready
+--   expiry   run_at + ttl for a ready job with a ttl, else 0
+-- Returns: { {1 added | 0 already held, ...}, wake due or nil, {readied topics} }
+local added = {}
+for i = 5, #ARGV, 5 do
+  local id, topic = ARGV[i], ARGV[i + 1]
+  local rec = with_topic_code(ARGV[i + 2], topic_code(topic))
+  if redis.call('HSETNX', J, id, rec) == 0 then
+    added[#added + 1] = 0
+  else
+    local state = floor(byte(rec, 1) / 8) % 4
+    count(state, topic, 1)
+    if state == DELAY then
+      arm(id, tonumber(ARGV[i + 3]))
+    else
+      enqueue_ready(id, topic, ARGV[i + 3], tonumber(ARGV[i + 4]))
+    end
+    added[#added + 1] = 1
+  end
+end
+local due, topics = done()
+return { added, due, topics }

@@ -1,0 +1,39 @@
+-- topics.lua: topic interning; records carry a small per-shard code instead of the name.
+-- Needs varint.lua.
+
+local names, codes = {}, {}
+
+local function topic_name(code)
+  local name = names[code]
+  if not name then
+    name = redis.call('HGET', T, 'c' .. code)
+    names[code] = name
+  end
+  return name
+end
+
+local function topic_code(name)
+  local code = codes[name]
+  if code then
+    return code
+  end
+  code = redis.call('HGET', T, 'n' .. name)
+  if code then
+    code = tonumber(code)
+  else
+    code = redis.call('HINCRBY', T, '#', 1)
+    redis.call('HSET', T, 'n' .. name, code, 'c' .. code, name)
+  end
+  codes[name] = code
+  names[code] = name
+  return code
+end
+
+-- Splices the topic code in after the first byte of a record built by Rust without one.
+local function with_topic_code(rec, code)
+  local parts = { sub(rec, 1, 1) }
+  put_varint(parts, code)
+  parts[#parts + 1] = sub(rec, 2)
+  return table.concat(parts)
+end
+

@@ -1,0 +1,391 @@
+//! The Redis scheduler backend, for standalone Redis and Redis Cluster.
+//!
+//! Layout (Youzan's job pool, delay buckets and ready queues, sharded): jobs
+//! are spread over N shards by a stable hash of their id, and every key of a
+//! shard carries the hash tag `{prefix:shard}`, so each shard lives in one
+//! cluster slot and every script touches one shard only:
+//! - `{p:s}:j` HASH, the job pool: id (8 bytes for numeric ids) → compact record (`codec.rs`);
+//! - `{p:s}:d` ZSET, the timeline: each job's one pending instant (run_at while
+//!   delayed, ttl expiry while ready, ttr deadline while reserved);
+//! - `{p:s}:r:<topic>` ZSET, the ready queue: score `priority * 2^43 + run_at`;
+//! - `{p:s}:c` HASH of live counts per state and topic, `{p:s}:t` HASH of topic codes;
+//! - `<prefix>:meta` HASH holding the shard count all nodes agree on.
+//!
+//! Every transition is one Lua script (`lua/`), atomic in Redis, so no
+//! interleaving of nodes or clients loses, duplicates or resurrects a job.
+//! Instants come from the caller's wall clock (`Timestamp::now()`, passed to
+//! each script), as with the memory backend: delayq nodes are expected to run
+//! on NTP-synchronised hosts, and a node's clock skew shifts its own
+//! promotions by the same amount.
+//!
+//! Layout of this module:
+//! - `connection`: standalone or cluster connection and call timeouts;
+//! - `keys`: key names, shard of an id, id encoding; `codec`: the job record;
+//! - `scripts` and `lua/`: the transitions; `engine`: one script call per shard;
+//! - `reserve`: cross-shard pop and long-poll; `notify`: pub/sub signals between nodes;
+//! - `reply`: reading script replies.
+
+mod codec;
+mod connection;
+mod engine;
+mod keys;
+mod notify;
+mod reply;
+mod reserve;
+mod scripts;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use delayq_common::{InvalidField, Job, JobId, Timestamp, Topic};
+use futures::future::{join_all, try_join_all};
+use tokio::sync::{oneshot, Notify};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use self::connection::{unavailable, RedisConnection, TimedOut};
+use self::engine::{Engine, Removal};
+use self::keys::ShardKeys;
+use self::notify::{Channels, Signals};
+use crate::error::{QueueError, QueueResult};
+use crate::scheduler::{Promotion, Scheduler, TopicStats};
+
+/// The shard count of a standalone Redis when none is configured.
+pub const DEFAULT_STANDALONE_SHARDS: usize = 16;
+/// Shards per cluster master when none is configured (at least 16 in all).
+pub const DEFAULT_SHARDS_PER_MASTER: usize = 8;
+/// The most shards allowed.
+pub const MAX_SHARDS: usize = 1024;
+/// The most jobs one schedule script call carries.
+const SCHEDULE_CHUNK: usize = 256;
+/// The most rounds of shard calls one `promote_due` makes to fill its batch.
+const MAX_PROMOTE_ROUNDS: usize = 4;
+
+/// How the Redis scheduler lays out its keys and bounds its calls.
+#[derive(Clone, Debug)]
+pub struct RedisSchedulerOptions {
+    /// The prefix of every key and channel; nodes sharing one queue use the same.
+    pub prefix: String,
+    /// The number of shards (delay buckets). `None`: 16 on a standalone Redis,
+    /// 8 per master in a cluster (at least 16). The first node to use a prefix
+    /// records its count in Redis and later nodes adopt it.
+    pub shards: Option<usize>,
+    /// The longest one Redis call may take before it fails as unavailable.
+    pub timeout: Duration,
+}
+
+impl Default for RedisSchedulerOptions {
+    fn default() -> RedisSchedulerOptions {
+        RedisSchedulerOptions { prefix: "delayq".to_owned(), shards: None, timeout: Duration::from_secs(1) }
+    }
+}
+
+/// The scheduler on Redis; see the module docs for the layout.
+pub struct RedisScheduler {
+    engine: Arc<Engine>,
+    subscriber: JoinHandle<()>,
+}
+
+impl RedisScheduler {
+    /// Connects to Redis: one URL is a standalone server, several comma-separated
+    /// URLs are seed nodes of a Redis Cluster.
+    ///
+    /// # Errors
+    /// [`QueueError::Invalid`] for a bad URL list or options;
+    /// [`QueueError::Unavailable`] when Redis cannot be reached within the timeout.
+    pub async fn connect(urls: &str, options: RedisSchedulerOptions) -> QueueResult<RedisScheduler> {
+        let urls: Vec<String> =
+            urls.split(',').map(str::trim).filter(|url| !url.is_empty()).map(str::to_owned).collect();
+        validate(&urls, &options)?;
+        let clients = urls
+            .iter()
+            .map(|url| redis::Client::open(url.as_str()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| InvalidField::new("redis url", error.to_string()))?;
+        let connection = RedisConnection::open(&urls, options.timeout).await?;
+        let shards = agree_on_shards(&connection, &options).await?;
+        let signals = Arc::new(Signals::new(origin_id(), shards));
+        let (subscribed, first_subscription) = oneshot::channel();
+        let subscriber = tokio::spawn(notify::run_subscriber(
+            clients,
+            Channels::new(&options.prefix),
+            Arc::clone(&signals),
+            options.timeout,
+            subscribed,
+        ));
+        if !matches!(tokio::time::timeout(options.timeout * 2, first_subscription).await, Ok(Ok(()))) {
+            subscriber.abort();
+            return Err(unavailable(TimedOut(options.timeout * 2)));
+        }
+        let keys = (0..shards).map(|index| ShardKeys::new(&options.prefix, index)).collect();
+        let engine = Engine::new(connection, keys, options.prefix, options.timeout, signals);
+        info!(shards, cluster = urls.len() > 1, "redis scheduler connected");
+        Ok(RedisScheduler { engine: Arc::new(engine), subscriber })
+    }
+
+    /// Returns the number of shards in use.
+    pub fn shards(&self) -> usize {
+        self.engine.shards.len()
+    }
+}
+
+impl Drop for RedisScheduler {
+    fn drop(&mut self) {
+        self.subscriber.abort();
+    }
+}
+
+#[async_trait]
+impl Scheduler for RedisScheduler {
+    fn backend(&self) -> &'static str {
+        connection::BACKEND
+    }
+
+    async fn schedule(&self, job: &Job) -> QueueResult<()> {
+        let shard = self.engine.shard_of(&job.id);
+        let added = self.engine.schedule(shard, &[job], Timestamp::now()).await?;
+        if added.first() == Some(&true) {
+            Ok(())
+        } else {
+            Err(QueueError::Conflict(format!("job {} already exists", job.id)))
+        }
+    }
+
+    async fn schedule_batch(&self, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
+        let now = Timestamp::now();
+        let shards = self.engine.shards.len();
+        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
+        for (position, job) in jobs.iter().enumerate() {
+            by_shard[keys::shard_of(&job.id, shards)].push(position);
+        }
+        let calls = by_shard
+            .iter()
+            .enumerate()
+            .flat_map(|(shard, positions)| positions.chunks(SCHEDULE_CHUNK).map(move |chunk| (shard, chunk)));
+        let calls: Vec<(usize, &[usize])> = calls.collect();
+        let replies = join_all(calls.iter().map(|&(shard, chunk)| {
+            let chunk_jobs: Vec<&Job> = chunk.iter().map(|&position| &jobs[position]).collect();
+            async move { self.engine.schedule(&self.engine.shards[shard], &chunk_jobs, now).await }
+        }))
+        .await;
+        let mut outcomes: Vec<Option<QueueResult<()>>> = jobs.iter().map(|_| None).collect();
+        let mut first_failure = None;
+        for ((_, chunk), reply) in calls.iter().zip(replies) {
+            match reply {
+                Ok(added) => {
+                    for (&position, added) in chunk.iter().zip(added) {
+                        outcomes[position] = Some(if added {
+                            Ok(())
+                        } else {
+                            Err(QueueError::Conflict(format!("job {} already exists", jobs[position].id)))
+                        });
+                    }
+                }
+                Err(error) => {
+                    for &position in chunk.iter() {
+                        outcomes[position] = Some(Err(unavailable(error.to_string())));
+                    }
+                    first_failure.get_or_insert(error);
+                }
+            }
+        }
+        if let Some(error) = first_failure {
+            if outcomes.iter().all(|outcome| matches!(outcome, Some(Err(QueueError::Unavailable { .. })))) {
+                return Err(error);
+            }
+        }
+        Ok(outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(()))).collect())
+    }
+
+    async fn restore(&self, job: &Job) -> QueueResult<bool> {
+        if job.state.is_terminal() {
+            return Ok(false);
+        }
+        let shard = self.engine.shard_of(&job.id);
+        let added = self.engine.schedule(shard, &[job], Timestamp::now()).await?;
+        Ok(added.first() == Some(&true))
+    }
+
+    async fn replace(&self, job: &Job) -> QueueResult<Job> {
+        self.engine.replace(job, Timestamp::now()).await
+    }
+
+    async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
+        self.engine.reserve_jobs(topic, count, wait).await
+    }
+
+    async fn finish(&self, id: &JobId) -> QueueResult<Job> {
+        self.engine.remove(id, Removal::Finish).await
+    }
+
+    async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job> {
+        self.engine.nack(id, delay).await
+    }
+
+    async fn touch(&self, id: &JobId) -> QueueResult<Job> {
+        self.engine.touch(id).await
+    }
+
+    async fn delete(&self, id: &JobId) -> QueueResult<Job> {
+        self.engine.remove(id, Removal::Delete).await
+    }
+
+    async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
+        self.engine.get(id).await
+    }
+
+    async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion> {
+        let engine = &self.engine;
+        let max_batch = max_batch.max(1);
+        let now_ms = now.as_millis();
+        let (mut known_due, sweep) = engine.signals.shard_due();
+        let mut promotion = Promotion::default();
+        // Shards known to be due (all of them on a sweep) share the batch; a
+        // later round gives what is left of it to the shards still due.
+        let mut targets: Vec<usize> =
+            (0..known_due.len()).filter(|&shard| sweep || known_due[shard] <= now_ms).collect();
+        for _ in 0..MAX_PROMOTE_ROUNDS {
+            if targets.is_empty() {
+                break;
+            }
+            let budget = max_batch - promotion.changed.len();
+            let limits = split_batch(budget, targets.len(), engine.next_start());
+            let rounds =
+                targets.iter().zip(limits).map(|(&shard, limit)| engine.promote(&engine.shards[shard], now, limit));
+            for (&shard, (changed, next_due)) in targets.iter().zip(try_join_all(rounds).await?) {
+                promotion.changed.extend(changed);
+                engine.signals.settle_shard_due(shard, known_due[shard], next_due);
+                known_due[shard] = next_due.unwrap_or(u64::MAX);
+            }
+            if promotion.changed.len() >= max_batch {
+                break;
+            }
+            targets = (0..known_due.len()).filter(|&shard| known_due[shard] <= now_ms).collect();
+        }
+        let earliest = known_due.into_iter().min().filter(|&due| due != u64::MAX);
+        promotion.next_due = earliest.map(Timestamp::from_millis);
+        promotion.more = earliest.is_some_and(|due| due <= now_ms);
+        engine.signals.timer_saw(promotion.next_due);
+        Ok(promotion)
+    }
+
+    fn wakeup(&self) -> Arc<Notify> {
+        Arc::clone(&self.engine.signals.timer)
+    }
+
+    async fn stats(&self) -> QueueResult<Vec<TopicStats>> {
+        let counts = try_join_all(self.engine.shards.iter().map(|shard| self.engine.counts(shard))).await?;
+        let mut per_topic: std::collections::BTreeMap<String, [u64; 3]> = std::collections::BTreeMap::new();
+        for (field, count) in counts.into_iter().flatten() {
+            let slot = match field.as_bytes().first() {
+                Some(b'd') => 0,
+                Some(b'r') => 1,
+                Some(b'x') => 2,
+                _ => continue,
+            };
+            per_topic.entry(field[1..].to_owned()).or_default()[slot] += u64::try_from(count).unwrap_or(0);
+        }
+        Ok(per_topic
+            .into_iter()
+            .filter_map(|(name, [delay, ready, reserved])| {
+                let topic = Topic::parse(name).ok()?;
+                Some(TopicStats { topic, delay, ready, reserved })
+            })
+            .collect())
+    }
+
+    async fn clear(&self) -> QueueResult<u64> {
+        let cleared = try_join_all(self.engine.shards.iter().map(|shard| self.engine.clear(shard))).await?;
+        Ok(cleared.into_iter().sum())
+    }
+
+    async fn ping(&self) -> QueueResult<()> {
+        self.engine.connection.query::<redis::Value>(&redis::cmd("PING"), self.engine.timeout).await.map(drop)
+    }
+}
+
+/// Splits a batch over `shards` parts, the remainder going to the parts from
+/// `start` (modulo `shards`) on; the parts sum to `max_batch` (at least 1).
+fn split_batch(max_batch: usize, shards: usize, start: usize) -> Vec<usize> {
+    let max_batch = max_batch.max(1);
+    let start = start % shards;
+    let base = max_batch / shards;
+    let extra = max_batch % shards;
+    (0..shards).map(|shard| base + usize::from((shard + shards - start) % shards < extra)).collect()
+}
+
+fn validate(urls: &[String], options: &RedisSchedulerOptions) -> Result<(), InvalidField> {
+    if urls.is_empty() {
+        return Err(InvalidField::new("redis url", "must name at least one redis:// url"));
+    }
+    let prefix = &options.prefix;
+    if prefix.is_empty() || prefix.contains(['{', '}', ' ']) {
+        return Err(InvalidField::new("redis prefix", "must be non-empty without braces or spaces"));
+    }
+    if options.shards.is_some_and(|shards| shards == 0 || shards > MAX_SHARDS) {
+        return Err(InvalidField::new("redis shards", format!("must be from 1 to {MAX_SHARDS}")));
+    }
+    if options.timeout.is_zero() {
+        return Err(InvalidField::new("redis timeout", "must be positive"));
+    }
+    Ok(())
+}
+
+/// Returns the shard count recorded under the prefix, recording ours if none is.
+async fn agree_on_shards(connection: &RedisConnection, options: &RedisSchedulerOptions) -> QueueResult<usize> {
+    let wanted = match options.shards {
+        Some(shards) => shards,
+        None => {
+            let masters = connection.masters(options.timeout).await?;
+            if masters > 1 {
+                (masters * DEFAULT_SHARDS_PER_MASTER).max(DEFAULT_STANDALONE_SHARDS)
+            } else {
+                DEFAULT_STANDALONE_SHARDS
+            }
+        }
+    };
+    let meta = format!("{}:meta", options.prefix);
+    let mut record = redis::pipe();
+    record.cmd("HSETNX").arg(&meta).arg("shards").arg(wanted).ignore().cmd("HGET").arg(&meta).arg("shards");
+    let (recorded,): (Option<usize>,) = connection.query_pipeline(&record, options.timeout).await?;
+    let recorded = recorded.filter(|&shards| (1..=MAX_SHARDS).contains(&shards)).unwrap_or(wanted);
+    if recorded != wanted && options.shards.is_some() {
+        warn!(recorded, configured = wanted, "redis already holds another shard count under this prefix; using it");
+    }
+    Ok(recorded)
+}
+
+/// Returns a name for this instance that no other instance uses.
+fn origin_id() -> String {
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_nanos() as u64);
+    let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    format!("{:x}.{:x}.{:x}", std::process::id(), nanos, sequence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_split_evenly_from_the_rotation_start() {
+        assert_eq!(split_batch(1000, 16, 0).iter().sum::<usize>(), 1000);
+        assert_eq!(split_batch(3, 4, 2), vec![1, 0, 1, 1]);
+        assert_eq!(split_batch(1, 16, 5).iter().position(|&limit| limit == 1), Some(5));
+        assert_eq!(split_batch(0, 4, 0).iter().sum::<usize>(), 1);
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let urls = vec!["redis://127.0.0.1".to_owned()];
+        assert!(validate(&urls, &RedisSchedulerOptions::default()).is_ok());
+        assert!(validate(&[], &RedisSchedulerOptions::default()).is_err());
+        let braces = RedisSchedulerOptions { prefix: "a{b}".into(), ..RedisSchedulerOptions::default() };
+        assert!(validate(&urls, &braces).is_err());
+        let no_shards = RedisSchedulerOptions { shards: Some(0), ..RedisSchedulerOptions::default() };
+        assert!(validate(&urls, &no_shards).is_err());
+    }
+}

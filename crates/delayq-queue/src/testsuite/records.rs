@@ -1,0 +1,197 @@
+//! Checks of the job records: schedule, get, conflicts, restore, replace,
+//! stats and clear.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{Job, JobState};
+
+use super::{ago_ms, assert_not_found, assert_wrong_state, ids, in_ms, ms, ok, promote_past, state_of, Names};
+use crate::error::QueueError;
+use crate::scheduler::{Scheduler, TopicStats};
+
+/// Asserts that `stored` is `sent` in `state`, every client field intact.
+fn assert_same_job(stored: Option<Job>, sent: &Job, state: JobState) {
+    let stored = stored.unwrap_or_else(|| panic!("job {} is held", sent.id));
+    assert_eq!(stored.state, state, "job {} state", sent.id);
+    let mut expected = sent.clone();
+    expected.state = state;
+    // Backends may stamp the moment they filed the job.
+    expected.updated_at = stored.updated_at;
+    assert_eq!(stored, expected, "job {} comes back as scheduled", sent.id);
+}
+
+/// A scheduled job is `delay` or `ready` by its `run_at`, and `get` returns it intact.
+pub async fn check_schedule_and_get(scheduler: Arc<dyn Scheduler>) {
+    assert!(!scheduler.backend().is_empty(), "the backend has a name");
+    ok("ping", scheduler.ping().await);
+    let names = Names::new("schedule_get");
+    let topic = names.topic("q");
+    let mut delayed = names.job("delayed", &topic, in_ms(60_000));
+    delayed.subtopic = Some("sub".into());
+    delayed.biz_key = Some("order-42".into());
+    delayed.priority = 3;
+    delayed.max_retries = 4;
+    delayed.retry_backoff = vec![ms(100), ms(2_000)];
+    delayed.ttl = ms(90_000);
+    delayed.ttr = ms(5_000);
+    delayed.body = "{\"json\": \"body with ünïcode\"}".into();
+    let ready = names.job("ready", &topic, ago_ms(1_000));
+    ok("schedule", scheduler.schedule(&delayed).await);
+    ok("schedule", scheduler.schedule(&ready).await);
+    assert_same_job(ok("get", scheduler.get(&delayed.id).await), &delayed, JobState::Delay);
+    assert_same_job(ok("get", scheduler.get(&ready.id).await), &ready, JobState::Ready);
+    assert_eq!(ok("get", scheduler.get(&names.id("nobody")).await), None);
+}
+
+/// Scheduling an id that a live job holds is a conflict and changes nothing,
+/// alone or in a batch.
+pub async fn check_schedule_conflict(scheduler: Arc<dyn Scheduler>) {
+    let names = Names::new("conflict");
+    let topic = names.topic("q");
+    let first = names.job("j", &topic, ago_ms(10));
+    ok("schedule", scheduler.schedule(&first).await);
+    let mut second = names.job("j", &topic, in_ms(60_000));
+    second.body = "another body".into();
+    let refused = scheduler.schedule(&second).await;
+    assert!(matches!(refused, Err(QueueError::Conflict(_))), "a duplicate id is a conflict, got {refused:?}");
+    assert_same_job(ok("get", scheduler.get(&first.id).await), &first, JobState::Ready);
+
+    let reserved = ok("reserve", scheduler.reserve(&topic, 1, Duration::ZERO).await);
+    assert_eq!(ids(&reserved), vec![first.id.clone()]);
+    let refused = scheduler.schedule(&second).await;
+    assert!(matches!(refused, Err(QueueError::Conflict(_))), "a reserved job's id is taken, got {refused:?}");
+
+    let batch = [names.job("b1", &topic, ago_ms(10)), second.clone(), names.job("b2", &topic, in_ms(60_000))];
+    let repeat = names.job("b1", &topic, ago_ms(10));
+    let jobs = [batch[0].clone(), batch[1].clone(), batch[2].clone(), repeat];
+    let outcomes = ok("schedule_batch", scheduler.schedule_batch(&jobs).await);
+    let verdicts: Vec<bool> = outcomes.iter().map(|outcome| matches!(outcome, Err(QueueError::Conflict(_)))).collect();
+    assert_eq!(verdicts, [false, true, false, true], "each job judged alone: {outcomes:?}");
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok());
+    let reserved = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
+    assert_eq!(ids(&reserved), [names.id("b1")], "the batch added b1 once");
+}
+
+/// `stats` counts each of this check's topics by state and leaves out topics without jobs.
+pub async fn check_stats(scheduler: Arc<dyn Scheduler>) {
+    let names = Names::new("stats");
+    let busy = names.topic("busy");
+    let emptied = names.topic("emptied");
+    let unused = names.topic("unused");
+    for n in 0..2 {
+        ok("schedule", scheduler.schedule(&names.job(&format!("d{n}"), &busy, in_ms(60_000))).await);
+    }
+    for n in 0..4 {
+        ok("schedule", scheduler.schedule(&names.job(&format!("r{n}"), &busy, ago_ms(10))).await);
+    }
+    let reserved = ok("reserve", scheduler.reserve(&busy, 1, Duration::ZERO).await);
+    assert_eq!(reserved.len(), 1);
+    let gone = names.job("gone", &emptied, ago_ms(10));
+    ok("schedule", scheduler.schedule(&gone).await);
+    ok("delete", scheduler.delete(&gone.id).await);
+
+    let stats = ok("stats", scheduler.stats().await);
+    let mine: Vec<&TopicStats> =
+        stats.iter().filter(|stats| [&busy, &emptied, &unused].contains(&&stats.topic)).collect();
+    let expected = TopicStats { topic: busy.clone(), delay: 2, ready: 3, reserved: 1 };
+    assert_eq!(mine, [&expected], "only the busy topic, counted by state");
+}
+
+/// `restore` adds a job once: again while it is held (in any state) it adds
+/// nothing and never duplicates it. A job stored as reserved comes back ready.
+pub async fn check_restore_is_idempotent(scheduler: Arc<dyn Scheduler>) {
+    let names = Names::new("restore");
+    let topic = names.topic("q");
+    let delayed = names.job("delayed", &topic, in_ms(60_000));
+    assert!(ok("restore", scheduler.restore(&delayed).await), "an absent job is added");
+    assert!(!ok("restore", scheduler.restore(&delayed).await), "a held job is not added again");
+    assert_eq!(state_of(&ok("get", scheduler.get(&delayed.id).await)), Some(JobState::Delay));
+
+    let ready = names.job("ready", &topic, ago_ms(10));
+    assert!(ok("restore", scheduler.restore(&ready).await));
+    assert!(!ok("restore", scheduler.restore(&ready).await));
+    let reserved = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
+    assert_eq!(ids(&reserved), vec![ready.id.clone()], "one copy of the ready job");
+    assert!(!ok("restore", scheduler.restore(&ready).await), "a reserved job is held too");
+    assert_eq!(state_of(&ok("get", scheduler.get(&ready.id).await)), Some(JobState::Reserved), "left as it was");
+    let reserved = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
+    assert!(reserved.is_empty(), "restore never duplicated it: {reserved:?}");
+
+    let mut was_reserved = names.job("was_reserved", &topic, ago_ms(5_000));
+    was_reserved.state = JobState::Reserved;
+    was_reserved.attempt = 3;
+    assert!(ok("restore", scheduler.restore(&was_reserved).await));
+    let back = ok("get", scheduler.get(&was_reserved.id).await);
+    assert_eq!(back.map(|job| (job.state, job.attempt)), Some((JobState::Ready, 3)), "back ready, same attempt");
+    let reserved = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
+    assert_eq!(reserved.iter().map(|job| (job.id.clone(), job.attempt)).collect::<Vec<_>>(), [(was_reserved.id, 3)]);
+}
+
+/// `replace` updates a waiting job in place (same id, one copy, old due time
+/// forgotten); a reserved job is `WrongState`, an absent one `NotFound`.
+pub async fn check_replace(scheduler: Arc<dyn Scheduler>) {
+    let names = Names::new("replace");
+    let topic = names.topic("q");
+    let original = names.job("j", &topic, in_ms(300));
+    ok("schedule", scheduler.schedule(&original).await);
+
+    let mut later = names.job("j", &topic, in_ms(60_000));
+    later.body = "v2".into();
+    let replaced = ok("replace", scheduler.replace(&later).await);
+    assert_eq!((replaced.id.clone(), replaced.state), (original.id.clone(), JobState::Delay));
+    assert_same_job(ok("get", scheduler.get(&original.id).await), &later, JobState::Delay);
+    promote_past(&*scheduler, original.run_at.plus(ms(100))).await;
+    let stored = ok("get", scheduler.get(&original.id).await);
+    assert_eq!(state_of(&stored), Some(JobState::Delay), "the old due time is forgotten");
+
+    let mut due = names.job("j", &topic, ago_ms(10));
+    due.body = "v3".into();
+    assert_eq!(ok("replace", scheduler.replace(&due).await).state, JobState::Ready, "delay to ready");
+    let mut urgent = due.clone();
+    urgent.body = "v4".into();
+    urgent.priority = 0;
+    assert_eq!(ok("replace", scheduler.replace(&urgent).await).state, JobState::Ready, "ready to ready");
+    let stats = ok("stats", scheduler.stats().await);
+    let counts =
+        stats.iter().find(|stats| stats.topic == topic).map(|stats| (stats.delay, stats.ready, stats.reserved));
+    assert_eq!(counts, Some((0, 1, 0)), "one copy, ready");
+    let reserved = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
+    assert_eq!(reserved.iter().map(|job| job.body.as_str()).collect::<Vec<_>>(), ["v4"], "exactly one copy, replaced");
+    assert_wrong_state("replace of a reserved job", scheduler.replace(&due).await, JobState::Reserved);
+    assert_not_found("replace of an absent job", scheduler.replace(&names.job("nobody", &topic, ago_ms(10))).await);
+
+    let back = names.job("back", &topic, ago_ms(10));
+    ok("schedule", scheduler.schedule(&back).await);
+    let postponed = ok("replace", scheduler.replace(&names.job("back", &topic, in_ms(60_000))).await);
+    assert_eq!(postponed.state, JobState::Delay, "ready to delay");
+    let reserved = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
+    assert!(reserved.is_empty(), "a postponed job left the ready queue: {reserved:?}");
+}
+
+/// `clear` removes every job and reports at least as many as this check added.
+///
+/// It wipes the whole backend, so it only runs with
+/// `scheduler_conformance!(exclusive: ..)`, never on a backend other tests share.
+pub async fn check_clear(scheduler: Arc<dyn Scheduler>) {
+    let names = Names::new("clear");
+    let topic = names.topic("q");
+    let delayed = names.job("delayed", &topic, in_ms(60_000));
+    let ready = names.job("ready", &topic, ago_ms(10));
+    let reserved = names.job("reserved", &topic, ago_ms(20));
+    for job in [&reserved, &delayed] {
+        ok("schedule", scheduler.schedule(job).await);
+    }
+    assert_eq!(ok("reserve", scheduler.reserve(&topic, 1, Duration::ZERO).await).len(), 1);
+    ok("schedule", scheduler.schedule(&ready).await);
+
+    let cleared = ok("clear", scheduler.clear().await);
+    assert!(cleared >= 3, "cleared {cleared} jobs, this check alone added 3");
+    for job in [&delayed, &ready, &reserved] {
+        assert_eq!(ok("get", scheduler.get(&job.id).await), None, "job {} is gone", job.id);
+    }
+    let stats = ok("stats", scheduler.stats().await);
+    assert!(stats.iter().all(|stats| stats.topic != topic), "no counts left for the topic");
+    ok("schedule", scheduler.schedule(&ready).await);
+    assert_eq!(ids(&ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await)), vec![ready.id.clone()]);
+}

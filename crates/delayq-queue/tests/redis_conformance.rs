@@ -1,0 +1,423 @@
+//! The scheduler conformance suite against standalone Redis
+//! (`DELAYQ_TEST_REDIS_URL`), plus what only Redis has: several nodes on one
+//! queue, outages and restarts, and the memory and throughput measurements.
+//!
+//! Every test gets its own key prefix, so tests share the server safely and
+//! the exclusive checks (`clear`) only wipe their own keys.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use delayq_queue::{QueueError, RedisScheduler, RedisSchedulerOptions, Scheduler};
+
+const URL_VARIABLE: &str = "DELAYQ_TEST_REDIS_URL";
+
+/// Returns the service URL in `variable`; when unset, skips (or fails under
+/// `DELAYQ_TEST_REQUIRE_SERVICES=1`).
+fn service_url(variable: &str) -> Option<String> {
+    match std::env::var(variable) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") => {
+            panic!("{variable} not set, and DELAYQ_TEST_REQUIRE_SERVICES=1")
+        }
+        _ => {
+            println!("skipped: {variable} not set");
+            None
+        }
+    }
+}
+
+/// A key prefix no other test (or run) uses.
+fn unique_prefix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("dqtest:{}-{}-{counter}", std::process::id(), Timestamp::now().as_millis())
+}
+
+async fn connect(url: &str, prefix: &str) -> RedisScheduler {
+    let options = RedisSchedulerOptions { prefix: prefix.to_owned(), ..RedisSchedulerOptions::default() };
+    RedisScheduler::connect(url, options).await.unwrap_or_else(|error| panic!("connect to {url}: {error:?}"))
+}
+
+async fn redis() -> Option<Arc<dyn Scheduler>> {
+    let url = service_url(URL_VARIABLE)?;
+    Some(Arc::new(connect(&url, &unique_prefix()).await))
+}
+
+delayq_queue::scheduler_conformance!(redis());
+
+mod exclusive {
+    use super::*;
+
+    // Each test has a prefix of its own, so `clear` wipes nobody else's jobs.
+    delayq_queue::scheduler_conformance!(exclusive: redis());
+}
+
+fn job(id: &str, topic: &Topic, run_at: Timestamp, body_len: usize) -> Job {
+    let now = Timestamp::now();
+    Job {
+        id: JobId::parse(id).expect("valid id"),
+        topic: topic.clone(),
+        subtopic: None,
+        body: "x".repeat(body_len),
+        biz_key: None,
+        create_time: now,
+        delay: run_at.since(now),
+        run_at,
+        ttr: Duration::from_secs(30),
+        priority: 1,
+        max_retries: 10,
+        retry_backoff: Vec::new(),
+        ttl: Duration::ZERO,
+        attempt: 1,
+        state: JobState::Delay,
+        result: None,
+        updated_at: now,
+    }
+}
+
+fn topic(name: &str) -> Topic {
+    Topic::parse(name).expect("valid topic")
+}
+
+/// Two nodes on one prefix: a push on one wakes the other's timer and
+/// its long-polling consumer, quickly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_signal_each_other() {
+    let Some(url) = service_url(URL_VARIABLE) else { return };
+    let prefix = unique_prefix();
+    let timer_node = connect(&url, &prefix).await;
+    let push_node = connect(&url, &prefix).await;
+    let queue = topic("cross.node");
+
+    let idle = timer_node.promote_due(Timestamp::now(), 100).await.expect("promote");
+    assert_eq!(idle.next_due, None, "a fresh prefix holds nothing");
+    let wakeup = timer_node.wakeup();
+    let woken = wakeup.notified();
+    tokio::pin!(woken);
+    woken.as_mut().enable();
+    let pushed = Instant::now();
+    let soon = job("100", &queue, Timestamp::now().plus(Duration::from_millis(200)), 10);
+    push_node.schedule(&soon).await.expect("schedule");
+    tokio::time::timeout(Duration::from_secs(1), woken).await.expect("the other node's timer is woken");
+    println!("timer wakeup across nodes after {:?}", pushed.elapsed());
+
+    let waiter = {
+        let queue = queue.clone();
+        let timer_node = Arc::new(timer_node);
+        let waiting = Arc::clone(&timer_node);
+        (timer_node, tokio::spawn(async move { waiting.reserve(&queue, 1, Duration::from_secs(5)).await }))
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pushed = Instant::now();
+    push_node.schedule(&job("101", &queue, Timestamp::now(), 10)).await.expect("schedule ready job");
+    let reserved = waiter.1.await.expect("waiter").expect("reserve");
+    let waited = pushed.elapsed();
+    assert_eq!(reserved.iter().map(|job| job.id.as_str()).collect::<Vec<_>>(), ["101"]);
+    assert!(waited < Duration::from_millis(500), "woken across nodes after {waited:?}");
+    println!("long-poll wakeup across nodes after {waited:?}");
+}
+
+/// A private `redis-server` on a free port, killed when dropped.
+struct RedisProcess {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisProcess {
+    /// Starts one, or returns `None` when `redis-server` is not installed
+    /// (a failure under `DELAYQ_TEST_REQUIRE_SERVICES=1`).
+    fn start(port: Option<u16>) -> Option<RedisProcess> {
+        let port = port.unwrap_or_else(free_port);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let spawned = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(error) if std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") => {
+                panic!("cannot start redis-server: {error}")
+            }
+            Err(_) => {
+                println!("skipped: redis-server is not on PATH");
+                return None;
+            }
+        };
+        let process = RedisProcess { child, port, _dir: dir };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(10), "redis-server on {port} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(process)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Returns the numeric `field` of `INFO section`.
+    fn info(&self, section: &str, field: &str) -> f64 {
+        let output = Command::new("redis-cli").args(["-p", &self.port.to_string(), "info", section]).output();
+        let text = String::from_utf8(output.expect("redis-cli").stdout).expect("utf-8");
+        let prefix = format!("{field}:");
+        let value = text.lines().find_map(|line| line.strip_prefix(prefix.as_str())).expect("the field");
+        value.trim().parse().expect("a number")
+    }
+
+    fn used_memory(&self) -> u64 {
+        self.info("memory", "used_memory") as u64
+    }
+
+    /// Returns the CPU seconds the server used so far.
+    fn cpu_seconds(&self) -> f64 {
+        self.info("cpu", "used_cpu_user") + self.info("cpu", "used_cpu_sys")
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Expects `call` to fail as unavailable (naming redis) within about a second.
+async fn expect_unavailable<T: std::fmt::Debug>(
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, QueueError>>,
+) {
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(3), call).await;
+    let elapsed = started.elapsed();
+    match outcome {
+        Ok(Err(QueueError::Unavailable { backend: "redis", .. })) => {}
+        other => panic!("{what} while redis is down: expected Unavailable, got {other:?}"),
+    }
+    assert!(elapsed <= Duration::from_millis(1_500), "{what} failed only after {elapsed:?}");
+}
+
+/// Redis going away turns every call into a quick `Unavailable`; once it is
+/// back, calls succeed again and long-polls are woken again, without a new scheduler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_a_redis_restart() {
+    let Some(server) = RedisProcess::start(None) else { return };
+    let port = server.port;
+    let scheduler = Arc::new(connect(&server.url(), "restart").await);
+    let queue = topic("restart");
+    scheduler.schedule(&job("1", &queue, Timestamp::now(), 10)).await.expect("schedule while up");
+    drop(server);
+
+    expect_unavailable("schedule", scheduler.schedule(&job("2", &queue, Timestamp::now(), 10))).await;
+    expect_unavailable("get", scheduler.get(&JobId::parse("1").expect("id"))).await;
+    expect_unavailable("reserve", scheduler.reserve(&queue, 1, Duration::from_millis(100))).await;
+    expect_unavailable("promote_due", scheduler.promote_due(Timestamp::now(), 100)).await;
+    expect_unavailable("stats", scheduler.stats()).await;
+    expect_unavailable("ping", scheduler.ping()).await;
+
+    let _server = RedisProcess::start(Some(port)).expect("restart redis-server");
+    let back = Instant::now();
+    while scheduler.ping().await.is_err() {
+        assert!(back.elapsed() < Duration::from_secs(10), "no recovery after redis came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("calls succeed again {:?} after redis came back", back.elapsed());
+    // The restarted server is empty: the job pushed before is gone (restore's job), new ones work.
+    assert_eq!(scheduler.get(&JobId::parse("1").expect("id")).await.expect("get"), None);
+    scheduler.schedule(&job("3", &queue, Timestamp::now(), 10)).await.expect("schedule after recovery");
+    let reserved = scheduler.reserve(&queue, 5, Duration::ZERO).await.expect("reserve after recovery");
+    assert_eq!(reserved.len(), 1);
+
+    // The subscription came back too: a push from another node wakes a waiting consumer.
+    let other = connect(&format!("redis://127.0.0.1:{port}"), "restart").await;
+    let waiting = {
+        let scheduler = Arc::clone(&scheduler);
+        let queue = queue.clone();
+        tokio::spawn(async move { scheduler.reserve(&queue, 1, Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pushed = Instant::now();
+    other.schedule(&job("4", &queue, Timestamp::now(), 10)).await.expect("schedule from the other node");
+    let reserved = waiting.await.expect("waiter").expect("reserve");
+    assert_eq!(reserved.len(), 1);
+    assert!(pushed.elapsed() < Duration::from_millis(500), "woken {:?} after the push", pushed.elapsed());
+}
+
+/// Memory per pending delayed job with a 100-byte body (the W3 shape: one
+/// topic, default options, snowflake-like ids), on a private server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; run with --ignored --nocapture"]
+async fn measure_memory_per_delayed_job() {
+    let Some(server) = RedisProcess::start(None) else { return };
+    let scheduler = connect(&server.url(), "delayq").await;
+    let queue = topic("bench.w3");
+    for jobs in [100_000u64, 200_000] {
+        // Warm up as the workload does: scripts loaded, topic known, then empty.
+        let warm_up = job("1", &queue, Timestamp::now().plus(Duration::from_secs(3_600)), 100);
+        scheduler.schedule(&warm_up).await.expect("warm-up schedule");
+        scheduler.clear().await.expect("clear");
+        let before = server.used_memory();
+        let run_at = Timestamp::now().plus(Duration::from_secs(3_600));
+        let first_id = 1_900_000_000_000_000_000u64;
+        for chunk in 0..jobs / 1_000 {
+            let batch: Vec<Job> =
+                (0..1_000).map(|n| job(&(first_id + chunk * 1_000 + n).to_string(), &queue, run_at, 100)).collect();
+            for outcome in scheduler.schedule_batch(&batch).await.expect("schedule_batch") {
+                outcome.expect("scheduled");
+            }
+        }
+        let after = server.used_memory();
+        println!("{jobs} delayed jobs: {} bytes of used_memory per job", (after - before) / jobs);
+    }
+}
+
+/// Schedule throughput on a private server: batches of 1000, and 50
+/// concurrent single schedules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; run with --ignored --nocapture"]
+async fn measure_schedule_throughput() {
+    const JOBS: u64 = 100_000;
+    let Some(server) = RedisProcess::start(None) else { return };
+    let scheduler = Arc::new(connect(&server.url(), "delayq").await);
+    let queue = topic("bench.w1");
+    let make = |n: u64| {
+        job(
+            &(1_900_000_000_000_000_000u64 + n).to_string(),
+            &queue,
+            Timestamp::now().plus(Duration::from_millis(20_000 + n * 7_919 % 20_001)),
+            100,
+        )
+    };
+
+    let jobs: Vec<Job> = (0..JOBS).map(make).collect();
+    let (started, cpu) = (Instant::now(), server.cpu_seconds());
+    for batch in jobs.chunks(1_000) {
+        scheduler.schedule_batch(batch).await.expect("schedule_batch");
+    }
+    let elapsed = started.elapsed();
+    let cpu_per_job = (server.cpu_seconds() - cpu) * 1e6 / JOBS as f64;
+    println!(
+        "schedule_batch(1000): {:.0} jobs/s, redis cpu {cpu_per_job:.1} us/job",
+        JOBS as f64 / elapsed.as_secs_f64()
+    );
+
+    scheduler.clear().await.expect("clear");
+    let jobs = Arc::new((0..JOBS).map(make).collect::<Vec<Job>>());
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (started, cpu) = (Instant::now(), server.cpu_seconds());
+    let lanes: Vec<_> = (0..50)
+        .map(|_| {
+            let (scheduler, jobs, next) = (Arc::clone(&scheduler), Arc::clone(&jobs), Arc::clone(&next));
+            tokio::spawn(async move {
+                loop {
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(job) = jobs.get(index) else { return };
+                    scheduler.schedule(job).await.expect("schedule");
+                }
+            })
+        })
+        .collect();
+    for lane in lanes {
+        lane.await.expect("lane");
+    }
+    let elapsed = started.elapsed();
+    let cpu_per_job = (server.cpu_seconds() - cpu) * 1e6 / JOBS as f64;
+    println!(
+        "schedule, 50 in flight: {:.0} jobs/s, redis cpu {cpu_per_job:.1} us/job",
+        JOBS as f64 / elapsed.as_secs_f64()
+    );
+    let stats = scheduler.stats().await.expect("stats");
+    assert_eq!(stats.iter().map(|stats| stats.delay + stats.ready).sum::<u64>(), JOBS);
+}
+
+/// Firing lateness in the shape of workload W2 (20,000 jobs due over 5 s,
+/// 50 consumers long-polling up to 100 jobs), with a timer like `run_timer`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; run with --ignored --nocapture"]
+async fn measure_lateness() {
+    const JOBS: u64 = 20_000;
+    let Some(server) = RedisProcess::start(None) else { return };
+    let scheduler = Arc::new(connect(&server.url(), "delayq").await);
+    let queue = topic("bench.w2");
+    let timer = {
+        let scheduler = Arc::clone(&scheduler);
+        tokio::spawn(async move {
+            let wakeup = scheduler.wakeup();
+            loop {
+                let woken = wakeup.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let Ok(round) = scheduler.promote_due(Timestamp::now(), 1000).await else { continue };
+                if round.more {
+                    continue;
+                }
+                let idle = round.next_due.map_or(Duration::from_secs(5), |due| due.until(Timestamp::now()));
+                tokio::select! {
+                    () = &mut woken => {}
+                    () = tokio::time::sleep(idle) => {}
+                }
+            }
+        })
+    };
+    let late = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let consumers: Vec<_> = (0..50)
+        .map(|_| {
+            let (scheduler, queue, late) = (Arc::clone(&scheduler), queue.clone(), Arc::clone(&late));
+            tokio::spawn(async move {
+                let stop = Instant::now() + Duration::from_secs(20);
+                while Instant::now() < stop {
+                    let jobs = scheduler.reserve(&queue, 100, Duration::from_secs(1)).await.expect("reserve");
+                    let now = Timestamp::now().as_millis() as i64;
+                    for job in &jobs {
+                        scheduler.finish(&job.id).await.expect("finish");
+                    }
+                    let mut late = late.lock().expect("lock");
+                    late.extend(jobs.iter().map(|job| now - job.run_at.as_millis() as i64));
+                    if late.len() as u64 >= JOBS {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    let start = Timestamp::now().plus(Duration::from_secs(3));
+    let jobs: Vec<Job> = (0..JOBS)
+        .map(|n| {
+            job(&(2_000_000_000 + n).to_string(), &queue, start.plus(Duration::from_millis(n * 5_000 / JOBS)), 100)
+        })
+        .collect();
+    for batch in jobs.chunks(1_000) {
+        scheduler.schedule_batch(batch).await.expect("schedule_batch");
+    }
+    for consumer in consumers {
+        consumer.await.expect("consumer");
+    }
+    timer.abort();
+    let mut late = late.lock().expect("lock").clone();
+    late.sort_unstable();
+    let rank = |p: f64| late[((p / 100.0 * late.len() as f64).ceil() as usize).saturating_sub(1)];
+    println!(
+        "lateness ms over {} jobs: p50 {} p90 {} p99 {} max {} early {}",
+        late.len(),
+        rank(50.0),
+        rank(90.0),
+        rank(99.0),
+        rank(100.0),
+        late.iter().filter(|&&ms| ms < 0).count()
+    );
+    assert_eq!(late.len() as u64, JOBS);
+}

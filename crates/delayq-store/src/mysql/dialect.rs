@@ -1,0 +1,362 @@
+//! The MySQL statements of the group-commit writer.
+//!
+//! Inserts go out as multi-row `INSERT`s of a few fixed sizes (so each size is
+//! one cached prepared statement). A duplicate key in a multi-row insert makes
+//! InnoDB roll back that statement only, never the transaction, so the chunk is
+//! then replayed row by row to judge each job alone.
+
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, Timestamp};
+use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlQueryResult};
+use sqlx::Executor;
+
+use super::connection::{within, WriterConnection};
+use super::rows::{
+    bind_job, bind_job_assignments, epoch_ms, job_assignments, job_columns, job_wire_size, number, Text,
+    JOB_COLUMN_COUNT,
+};
+use crate::store::{BoxError, StateChange, StoreError};
+use crate::writer::{BatchDialect, LogRow};
+
+/// The row counts of multi-row statements, largest first; a batch is cut into
+/// chunks of these sizes, so that a few prepared statements (cached per
+/// connection) serve every batch: n < 256 rows take one statement per bit of n.
+const CHUNK_SIZES: [usize; 9] = [256, 128, 64, 32, 16, 8, 4, 2, 1];
+/// The most bytes of values one multi-row insert carries (at most half the
+/// server's `max_allowed_packet`, which is 16 MiB by default on MariaDB).
+const MAX_STATEMENT_BYTES: usize = 4 << 20;
+/// Room left in a packet for everything but a job's values.
+const PACKET_OVERHEAD_BYTES: usize = 4096;
+/// The longest `node` or `host` a `job_log` row holds (VARCHAR(255)).
+const MAX_LOG_NAME_CHARS: usize = 255;
+
+/// InnoDB chose this transaction as a deadlock victim and rolled it back.
+const ER_LOCK_DEADLOCK: u16 = 1213;
+/// A row lock was not granted within `innodb_lock_wait_timeout`.
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+/// Errors that concern the values of one row (too long for its column, not
+/// valid text, out of range): they refuse that job, not the batch.
+const ROW_VALUE_ERRORS: [u16; 3] = [1406, 1366, 1264];
+
+/// Overwrites every column of a live job (a `replace` push).
+const REPLACE_LIVE_JOB: &str = concat!("UPDATE job SET ", job_assignments!(), " WHERE id = ? AND is_live = 1");
+/// Overwrites every column of an ended job whose id is pushed again.
+const OVERWRITE_ENDED_JOB: &str = concat!("UPDATE job SET ", job_assignments!(), " WHERE id = ? AND is_live = 0");
+
+/// Moves a live job; ended jobs never move, so a late journal entry cannot revive one.
+const CHANGE_STATE: &str = "UPDATE job SET status = ?, attempt = ?, run_at = ?, update_time = ?, result = ? \
+                            WHERE id = ? AND is_live = 1";
+
+const SELECT_LIVE_FOR_UPDATE: &str = "SELECT id, attempt FROM job WHERE is_live = 1 ORDER BY id FOR UPDATE";
+const DELETE_ALL_LIVE: &str = "UPDATE job SET status = 'deleted', update_time = ? WHERE is_live = 1";
+const LIVE_HOLDER_OF_BIZ_KEY: &str = "SELECT id FROM job WHERE topic = ? AND live_bizkey = ?";
+const ID_EXISTS: &str = "SELECT COUNT(*) FROM job WHERE id = ?";
+
+/// The MySQL side of the writer: its connection and who writes.
+pub(super) struct MysqlDialect {
+    connection: WriterConnection,
+    node: String,
+    host: String,
+    /// The server's `max_allowed_packet`: a larger statement breaks the connection.
+    max_packet_bytes: usize,
+    /// `INSERT INTO job` with `CHUNK_SIZES[i]` rows.
+    insert_jobs_sql: Vec<String>,
+    /// `INSERT INTO job_log` with `CHUNK_SIZES[i]` rows.
+    insert_log_sql: Vec<String>,
+}
+
+impl MysqlDialect {
+    pub(super) fn new(
+        connection: WriterConnection,
+        node: String,
+        host: String,
+        max_packet_bytes: usize,
+    ) -> MysqlDialect {
+        let insert_jobs_sql = CHUNK_SIZES
+            .iter()
+            .map(|&rows| {
+                multi_row_insert(concat!("INSERT INTO job (", job_columns!(), ") VALUES "), JOB_COLUMN_COUNT, rows)
+            })
+            .collect();
+        let insert_log_sql = CHUNK_SIZES
+            .iter()
+            .map(|&rows| {
+                multi_row_insert(
+                    "INSERT INTO job_log (job_id, status, attempt, node, update_time, host) VALUES ",
+                    6,
+                    rows,
+                )
+            })
+            .collect();
+        MysqlDialect {
+            connection,
+            node: truncate_chars(node, MAX_LOG_NAME_CHARS),
+            host: truncate_chars(host, MAX_LOG_NAME_CHARS),
+            max_packet_bytes,
+            insert_jobs_sql,
+            insert_log_sql,
+        }
+    }
+
+    /// Inserts `jobs` in order, each judged alone, in as few statements as it can.
+    async fn insert_batch(
+        &self,
+        tx: &mut MySqlConnection,
+        jobs: &[&Job],
+    ) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        let mut rest = jobs;
+        while !rest.is_empty() {
+            let (level, rows) = chunk_level(rest, MAX_STATEMENT_BYTES.min(self.max_packet_bytes / 2));
+            let (chunk, after) = rest.split_at(rows);
+            rest = after;
+            if rows > 1 {
+                let mut insert = sqlx::query(&self.insert_jobs_sql[level]);
+                for job in chunk {
+                    insert = bind_job(insert, job);
+                }
+                match within(insert.execute(&mut *tx)).await {
+                    Ok(_) => {
+                        outcomes.extend(chunk.iter().map(|_| Ok(())));
+                        continue;
+                    }
+                    // Only this statement was rolled back: judge its rows one by one.
+                    Err(error) if is_unique_violation(&error) || is_row_value_error(&error) => {}
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            for job in chunk {
+                outcomes.push(self.insert_one(tx, job).await?);
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Inserts one job; on a duplicate key, overwrites a terminal row with its id
+    /// or names the refusal.
+    async fn insert_one(&self, tx: &mut MySqlConnection, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
+        if let Err(too_large) = self.check_fits_packet(job) {
+            return Ok(Err(too_large));
+        }
+        let insert = bind_job(sqlx::query(&self.insert_jobs_sql[CHUNK_SIZES.len() - 1]), job);
+        match within(insert.execute(&mut *tx)).await {
+            Ok(_) => return Ok(Ok(())),
+            Err(error) if is_unique_violation(&error) => {}
+            Err(error) if is_row_value_error(&error) => return Ok(Err(row_refused(error))),
+            Err(error) => return Err(error.into()),
+        }
+        match self.update_job(tx, job, false).await {
+            Ok(done) if done.rows_affected() > 0 => Ok(Ok(())),
+            Ok(_) => {
+                let rows_with_id: i64 =
+                    within(sqlx::query_scalar(ID_EXISTS).bind(job.id.as_str()).fetch_one(&mut *tx)).await?;
+                if rows_with_id > 0 {
+                    Ok(Err(StoreError::IdTaken(job.id.clone())))
+                } else {
+                    Ok(Err(self.biz_key_taken(tx, job).await?))
+                }
+            }
+            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Refuses a job whose statement the server would not take (a larger
+    /// packet would fail the connection and with it the whole batch).
+    fn check_fits_packet(&self, job: &Job) -> Result<(), StoreError> {
+        let bytes = job_wire_size(job);
+        if bytes + PACKET_OVERHEAD_BYTES <= self.max_packet_bytes {
+            return Ok(());
+        }
+        let reason = format!("a job of {bytes} bytes exceeds max_allowed_packet ({})", self.max_packet_bytes);
+        Err(StoreError::Unavailable { backend: super::BACKEND, source: reason.into() })
+    }
+
+    /// Overwrites every column of the row of `job.id` if its liveness is `live`.
+    async fn update_job(
+        &self,
+        tx: &mut MySqlConnection,
+        job: &Job,
+        live: bool,
+    ) -> Result<MySqlQueryResult, sqlx::Error> {
+        let sql = if live { REPLACE_LIVE_JOB } else { OVERWRITE_ENDED_JOB };
+        let update = bind_job_assignments(sqlx::query(sql), job).bind(job.id.as_str());
+        within(update.execute(&mut *tx)).await
+    }
+
+    /// Turns a refused business key into [`StoreError::BizKeyTaken`] naming its holder.
+    async fn biz_key_taken(&self, tx: &mut MySqlConnection, job: &Job) -> Result<StoreError, BoxError> {
+        let biz_key = job.biz_key.clone().unwrap_or_default();
+        let holder: Option<Text> = within(
+            sqlx::query_scalar(LIVE_HOLDER_OF_BIZ_KEY)
+                .bind(job.topic.as_str())
+                .bind(biz_key.as_str())
+                .fetch_optional(&mut *tx),
+        )
+        .await?;
+        let id = holder.map(|Text(id)| id).unwrap_or_default();
+        Ok(StoreError::BizKeyTaken { topic: job.topic.clone(), biz_key, id })
+    }
+}
+
+#[async_trait]
+impl BatchDialect for MysqlDialect {
+    /// The writer's connection; its session has no autocommit, so the batch's
+    /// statements are one transaction until `commit`.
+    type Tx = MySqlConnection;
+
+    fn backend(&self) -> &'static str {
+        super::BACKEND
+    }
+
+    async fn begin(&self) -> Result<Self::Tx, BoxError> {
+        Ok(self.connection.take().await?)
+    }
+
+    async fn insert_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
+        self.insert_one(tx, job).await
+    }
+
+    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+        self.insert_batch(tx, jobs).await
+    }
+
+    async fn replace_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
+        if let Err(too_large) = self.check_fits_packet(job) {
+            return Ok(Err(too_large));
+        }
+        match self.update_job(tx, job, true).await {
+            Ok(done) if done.rows_affected() == 0 => Ok(Err(StoreError::NotFound(job.id.clone()))),
+            Ok(_) => Ok(Ok(())),
+            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
+            Err(error) if is_row_value_error(&error) => Ok(Err(row_refused(error))),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn change_state(&self, tx: &mut Self::Tx, change: &StateChange) -> Result<bool, BoxError> {
+        // The connection reports matched rows (CLIENT_FOUND_ROWS), so a change
+        // that rewrites identical values still counts, as in SQLite.
+        let update = sqlx::query(CHANGE_STATE)
+            .bind(change.state.as_str())
+            .bind(i64::from(change.attempt))
+            .bind(epoch_ms(change.run_at))
+            .bind(epoch_ms(change.at))
+            .bind(change.result.as_deref())
+            .bind(change.id.as_str());
+        let done = within(update.execute(&mut *tx)).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {
+        // MariaDB has no UPDATE … RETURNING: lock the live rows, read them, then move them.
+        let rows: Vec<(Text, i64)> = within(sqlx::query_as(SELECT_LIVE_FOR_UPDATE).fetch_all(&mut *tx)).await?;
+        within(sqlx::query(DELETE_ALL_LIVE).bind(epoch_ms(at)).execute(&mut *tx)).await?;
+        let mut deleted = Vec::with_capacity(rows.len());
+        for (Text(id), attempt) in rows {
+            let id = JobId::parse(id).map_err(|error| StoreError::Corrupt(format!("id: {error}")))?;
+            deleted.push((id, number("attempt", attempt)?));
+        }
+        Ok(deleted)
+    }
+
+    async fn append_log(&self, tx: &mut Self::Tx, rows: &[LogRow]) -> Result<(), BoxError> {
+        let mut rest = rows;
+        while !rest.is_empty() {
+            let level = CHUNK_SIZES.iter().position(|&size| size <= rest.len()).unwrap_or(CHUNK_SIZES.len() - 1);
+            let (chunk, after) = rest.split_at(CHUNK_SIZES[level].min(rest.len()));
+            rest = after;
+            let mut insert = sqlx::query(&self.insert_log_sql[level]);
+            for row in chunk {
+                insert = insert
+                    .bind(row.job_id.as_str())
+                    .bind(row.state.as_str())
+                    .bind(i64::from(row.attempt))
+                    .bind(self.node.as_str())
+                    .bind(epoch_ms(row.at))
+                    .bind(self.host.as_str());
+            }
+            within(insert.execute(&mut *tx)).await?;
+        }
+        Ok(())
+    }
+
+    async fn commit(&self, mut tx: Self::Tx) -> Result<(), BoxError> {
+        within(tx.execute("COMMIT")).await?;
+        self.connection.put_back(tx);
+        Ok(())
+    }
+
+    fn is_retryable(&self, error: &BoxError) -> bool {
+        is_lock_conflict(error)
+    }
+}
+
+/// Returns the index in [`CHUNK_SIZES`] and the row count of the next chunk of
+/// `jobs`: the largest size that `jobs` fills and whose values fit `max_bytes`.
+fn chunk_level(jobs: &[&Job], max_bytes: usize) -> (usize, usize) {
+    for (level, &size) in CHUNK_SIZES.iter().enumerate() {
+        let Some(chunk) = jobs.get(..size) else { continue };
+        if size == 1 || chunk.iter().map(|job| job_wire_size(job)).sum::<usize>() <= max_bytes {
+            return (level, size);
+        }
+    }
+    (CHUNK_SIZES.len() - 1, 1)
+}
+
+/// Builds `prefix (?, …), (?, …), …` with `rows` tuples of `columns` placeholders.
+fn multi_row_insert(prefix: &str, columns: usize, rows: usize) -> String {
+    let tuple = format!("({})", vec!["?"; columns].join(", "));
+    format!("{prefix}{}", vec![tuple.as_str(); rows].join(", "))
+}
+
+fn truncate_chars(text: String, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => text[..cut].to_owned(),
+        None => text,
+    }
+}
+
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error.as_database_error().is_some_and(|database| database.is_unique_violation())
+}
+
+fn mysql_error_number(error: &sqlx::Error) -> Option<u16> {
+    let database = error.as_database_error()?;
+    database.try_downcast_ref::<MySqlDatabaseError>().map(MySqlDatabaseError::number)
+}
+
+fn is_row_value_error(error: &sqlx::Error) -> bool {
+    mysql_error_number(error).is_some_and(|number| ROW_VALUE_ERRORS.contains(&number))
+}
+
+/// The refusal of one job whose values the server would not store.
+fn row_refused(error: sqlx::Error) -> StoreError {
+    StoreError::Unavailable { backend: super::BACKEND, source: error.into() }
+}
+
+/// Returns whether a failed batch may simply be run again: InnoDB rolled it
+/// back because of another transaction's locks (another delayq node).
+fn is_lock_conflict(error: &BoxError) -> bool {
+    let number = error.downcast_ref::<sqlx::Error>().and_then(mysql_error_number);
+    matches!(number, Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_row_inserts_have_one_tuple_per_row() {
+        assert_eq!(
+            multi_row_insert("INSERT INTO t (a, b) VALUES ", 2, 3),
+            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?), (?, ?)"
+        );
+    }
+
+    #[test]
+    fn long_names_are_cut_at_a_char_boundary() {
+        assert_eq!(truncate_chars("ünï".into(), 2), "ün");
+        assert_eq!(truncate_chars("node".into(), 255), "node");
+    }
+}

@@ -1,0 +1,221 @@
+//! The MySQL / MariaDB backend: the durable store of the distributed deployment.
+//!
+//! Writes go through the group-commit writer ([`crate::writer`]) on one
+//! connection of its own, so concurrent writes of this process share one
+//! InnoDB transaction; a write is answered once its transaction has committed.
+//! Reads use a pool. Several delayq nodes may share one database: InnoDB
+//! row locks order their writers, and a batch that loses a deadlock is run again.
+//!
+//! When the server is down, a write fails within [`ACQUIRE_TIMEOUT`] with
+//! [`StoreError::Unavailable`]; the store reconnects by itself once it is back.
+//!
+//! Layout: `rows` maps rows to jobs, `dialect` holds the write statements,
+//! `connection` the connections and statement deadlines, `scratch` (feature
+//! `testsuite`) throwaway databases for tests.
+
+mod connection;
+mod dialect;
+mod rows;
+
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use sqlx::migrate::Migrator;
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::MySqlPool;
+
+pub use self::connection::ACQUIRE_TIMEOUT;
+use self::connection::{pool_options, within, WriterConnection};
+use self::dialect::MysqlDialect;
+use self::rows::{into_jobs, job_columns, number, sql_count, state, JobRow, LogEntryRow, Text};
+use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
+use crate::writer::{host_name, GroupCommitWriter};
+
+const BACKEND: &str = "mysql";
+const READ_CONNECTIONS: u32 = 8;
+
+static MIGRATOR: Migrator = sqlx::migrate!("../../sql/mysql");
+
+/// The job store over one MySQL or MariaDB database.
+pub struct MysqlStore {
+    reader: MySqlPool,
+    writer: GroupCommitWriter,
+    /// The database of [`MysqlStore::open_scratch`], dropped by `close`.
+    #[cfg(feature = "testsuite")]
+    scratch: Option<scratch::ScratchDatabase>,
+}
+
+impl MysqlStore {
+    /// Connects to the database of a `mysql://user:password@host:port/database`
+    /// URL and applies the migrations of `sql/mysql`. `node` names this process
+    /// in `job_log`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the URL is invalid or the database
+    /// cannot be reached or migrated.
+    pub async fn open(url: &str, node: String) -> Result<MysqlStore, StoreError> {
+        let options = MySqlConnectOptions::from_str(url).map_err(unavailable)?;
+        MysqlStore::open_with(options, node).await
+    }
+
+    /// Returns how many transactions the writer has committed (each may carry
+    /// the writes of many callers).
+    pub fn commits(&self) -> u64 {
+        self.writer.commits()
+    }
+
+    async fn open_with(options: MySqlConnectOptions, node: String) -> Result<MysqlStore, StoreError> {
+        let reader = pool_options(READ_CONNECTIONS).connect_with(options.clone()).await.map_err(unavailable)?;
+        MIGRATOR.run(&reader).await.map_err(unavailable)?;
+        let max_packet_bytes: i64 =
+            within(sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS SIGNED)").fetch_one(&reader))
+                .await
+                .map_err(unavailable)?;
+        let max_packet_bytes = usize::try_from(max_packet_bytes).unwrap_or(usize::MAX);
+        let dialect = MysqlDialect::new(WriterConnection::new(options), node, host_name(), max_packet_bytes);
+        let writer = GroupCommitWriter::spawn(dialect);
+        Ok(MysqlStore {
+            reader,
+            writer,
+            #[cfg(feature = "testsuite")]
+            scratch: None,
+        })
+    }
+}
+
+fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Unavailable { backend: BACKEND, source: Box::new(error) }
+}
+
+const SELECT_JOB: &str = concat!("SELECT ", job_columns!(), " FROM job WHERE id = ?");
+const SELECT_HISTORY: &str = "SELECT status, attempt, update_time, node FROM job_log WHERE job_id = ? ORDER BY id";
+const SELECT_LIVE_BY_BIZ_KEY: &str =
+    concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND live_bizkey = ?");
+const LIST_FIRST_PAGE: &str =
+    concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND status = ? ORDER BY run_at, id LIMIT ?");
+/// `(run_at, id) > (?, ?)` spelled out, which MariaDB turns into an index range.
+const LIST_AFTER_CURSOR: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM job WHERE topic = ? AND status = ? AND (run_at > ? OR (run_at = ? AND id > ?)) \
+     ORDER BY run_at, id LIMIT ?"
+);
+const LIVE_JOBS: &str =
+    concat!("SELECT ", job_columns!(), " FROM job WHERE is_live = 1 AND id > ? ORDER BY id LIMIT ?");
+const COUNTS: &str = "SELECT topic, status, COUNT(*) FROM job GROUP BY topic, status ORDER BY topic, status";
+
+#[async_trait]
+impl JobStore for MysqlStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn insert(&self, jobs: Vec<Job>) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        self.writer.insert(jobs).await
+    }
+
+    async fn replace(&self, job: Job) -> Result<(), StoreError> {
+        self.writer.replace(job).await
+    }
+
+    async fn record(&self, changes: Vec<StateChange>) -> Result<(), StoreError> {
+        self.writer.record(changes).await
+    }
+
+    fn journal(&self, changes: Vec<StateChange>) {
+        self.writer.journal(changes);
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.writer.flush().await
+    }
+
+    async fn get(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
+        let query = sqlx::query_as(SELECT_JOB).bind(id.as_str());
+        let row: Option<JobRow> = within(query.fetch_optional(&self.reader)).await.map_err(unavailable)?;
+        row.map(JobRow::into_job).transpose()
+    }
+
+    async fn history(&self, id: &JobId) -> Result<Vec<LogEntry>, StoreError> {
+        let query = sqlx::query_as(SELECT_HISTORY).bind(id.as_str());
+        let rows: Vec<LogEntryRow> = within(query.fetch_all(&self.reader)).await.map_err(unavailable)?;
+        rows.into_iter().map(LogEntryRow::into_entry).collect()
+    }
+
+    async fn find_live_by_biz_key(&self, topic: &Topic, biz_key: &str) -> Result<Option<Job>, StoreError> {
+        let query = sqlx::query_as(SELECT_LIVE_BY_BIZ_KEY).bind(topic.as_str()).bind(biz_key);
+        let row: Option<JobRow> = within(query.fetch_optional(&self.reader)).await.map_err(unavailable)?;
+        row.map(JobRow::into_job).transpose()
+    }
+
+    async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        cursor: Option<&ListCursor>,
+    ) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query = match cursor {
+            None => sqlx::query_as(LIST_FIRST_PAGE).bind(topic.as_str()).bind(state.as_str()),
+            Some(cursor) => sqlx::query_as(LIST_AFTER_CURSOR)
+                .bind(topic.as_str())
+                .bind(state.as_str())
+                .bind(rows::epoch_ms(cursor.run_at))
+                .bind(rows::epoch_ms(cursor.run_at))
+                .bind(cursor.id.as_str()),
+        };
+        let query = query.bind(sql_count(limit));
+        let rows: Vec<JobRow> = within(query.fetch_all(&self.reader)).await.map_err(unavailable)?;
+        into_jobs(rows)
+    }
+
+    async fn live_jobs(&self, after: Option<&JobId>, limit: usize) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Every valid id sorts after the empty string.
+        let after = after.map_or("", JobId::as_str);
+        let query = sqlx::query_as(LIVE_JOBS).bind(after).bind(sql_count(limit));
+        let rows: Vec<JobRow> = within(query.fetch_all(&self.reader)).await.map_err(unavailable)?;
+        into_jobs(rows)
+    }
+
+    async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {
+        self.writer.delete_all_live(at).await
+    }
+
+    async fn counts(&self) -> Result<Vec<StateCount>, StoreError> {
+        let query = sqlx::query_as(COUNTS);
+        let rows: Vec<(Text, Text, i64)> = within(query.fetch_all(&self.reader)).await.map_err(unavailable)?;
+        let mut counts = Vec::with_capacity(rows.len());
+        for (Text(topic), Text(status), count) in rows {
+            counts.push(StateCount {
+                topic: Topic::parse(topic).map_err(|error| rows::corrupt("topic", error))?,
+                state: state(&status)?,
+                count: number("count", count)?,
+            });
+        }
+        Ok(counts)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        within(sqlx::query("SELECT 1").execute(&self.reader)).await.map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+        #[cfg(feature = "testsuite")]
+        if let Some(scratch) = &self.scratch {
+            scratch.drop_database().await;
+        }
+    }
+}
+
+#[cfg(feature = "testsuite")]
+mod scratch;

@@ -1,3 +1,0 @@
-//! The SQLite backend.
-/// The SQLite store.
-pub struct SqliteStore;

@@ -1,0 +1,185 @@
+//! The SQLite statements of the group-commit writer.
+
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, Timestamp};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool, Transaction};
+
+use super::bulk;
+use super::rows::{bind_job, epoch_ms, job_columns, live_states, number};
+use crate::store::{BoxError, StateChange, StoreError};
+use crate::writer::{BatchDialect, LogRow};
+
+/// The conflict clause of every job insert: a row with the same id is
+/// overwritten only when its job has ended; when a live job holds the id, no
+/// row changes. The business-key index refuses a key held by another live job.
+macro_rules! upsert_on_conflict {
+    () => {
+        concat!(
+            " ON CONFLICT (id) DO UPDATE SET \
+             bizkey = excluded.bizkey, topic = excluded.topic, subtopic = excluded.subtopic, \
+             delay = excluded.delay, create_time = excluded.create_time, body = excluded.body, \
+             status = excluded.status, ttl = excluded.ttl, update_time = excluded.update_time, \
+             run_at = excluded.run_at, ttr = excluded.ttr, priority = excluded.priority, \
+             attempt = excluded.attempt, max_retries = excluded.max_retries, \
+             retry_backoff = excluded.retry_backoff, result = excluded.result \
+             WHERE job.status NOT IN ",
+            live_states!()
+        )
+    };
+}
+
+/// The conflict clause, for statements built at run time ([`super::bulk`]).
+pub(super) const UPSERT_CONFLICT_CLAUSE: &str = upsert_on_conflict!();
+
+/// Inserts one job, bound by [`bind_job`].
+const INSERT_JOB: &str = concat!(
+    "INSERT INTO job (",
+    job_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+    upsert_on_conflict!()
+);
+
+/// Overwrites every column of a live job (bound like [`INSERT_JOB`]).
+const REPLACE_JOB: &str = concat!(
+    "UPDATE job SET bizkey = ?2, topic = ?3, subtopic = ?4, delay = ?5, create_time = ?6, \
+     body = ?7, status = ?8, ttl = ?9, update_time = ?10, run_at = ?11, ttr = ?12, \
+     priority = ?13, attempt = ?14, max_retries = ?15, retry_backoff = ?16, result = ?17 \
+     WHERE id = ?1 AND status IN ",
+    live_states!()
+);
+
+/// Moves a live job; ended jobs never move, so a late journal entry cannot revive one.
+const CHANGE_STATE: &str = concat!(
+    "UPDATE job SET status = ?, attempt = ?, run_at = ?, update_time = ?, result = ? \
+     WHERE id = ? AND status IN ",
+    live_states!()
+);
+
+const DELETE_ALL_LIVE: &str = concat!(
+    "UPDATE job SET status = 'deleted', update_time = ? WHERE status IN ",
+    live_states!(),
+    " RETURNING id, attempt"
+);
+
+const LIVE_HOLDER_OF_BIZ_KEY: &str =
+    concat!("SELECT id FROM job WHERE topic = ? AND bizkey = ? AND status IN ", live_states!());
+
+/// History rows per multi-row insert (6 parameters each, far below SQLite's 32766).
+const LOG_ROWS_PER_STATEMENT: usize = 512;
+
+/// The SQLite side of the writer: the write pool (one connection) and who writes.
+pub(super) struct SqliteDialect {
+    pool: SqlitePool,
+    node: String,
+    host: String,
+}
+
+impl SqliteDialect {
+    pub(super) fn new(pool: SqlitePool, node: String, host: String) -> SqliteDialect {
+        SqliteDialect { pool, node, host }
+    }
+
+    /// Turns a refused business key into [`StoreError::BizKeyTaken`] naming its holder.
+    async fn biz_key_taken(&self, connection: &mut SqliteConnection, job: &Job) -> Result<StoreError, BoxError> {
+        let biz_key = job.biz_key.clone().unwrap_or_default();
+        let holder: Option<String> = sqlx::query_scalar(LIVE_HOLDER_OF_BIZ_KEY)
+            .bind(job.topic.as_str())
+            .bind(biz_key.as_str())
+            .fetch_optional(&mut *connection)
+            .await?;
+        Ok(StoreError::BizKeyTaken { topic: job.topic.clone(), biz_key, id: holder.unwrap_or_default() })
+    }
+}
+
+pub(super) fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error.as_database_error().is_some_and(|database| database.is_unique_violation())
+}
+
+#[async_trait]
+impl BatchDialect for SqliteDialect {
+    type Tx = Transaction<'static, Sqlite>;
+
+    fn backend(&self) -> &'static str {
+        super::BACKEND
+    }
+
+    async fn begin(&self) -> Result<Self::Tx, BoxError> {
+        // IMMEDIATE takes the write lock up front, so a second process on the
+        // same file makes us wait (busy timeout) instead of failing mid-batch.
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    async fn insert_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
+        match bind_job(sqlx::query(INSERT_JOB), job).execute(&mut **tx).await {
+            Ok(done) if done.rows_affected() == 0 => Ok(Err(StoreError::IdTaken(job.id.clone()))),
+            Ok(_) => Ok(Ok(())),
+            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+        if jobs.len() < bulk::BULK_THRESHOLD {
+            let mut outcomes = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                outcomes.push(self.insert_job(tx, job).await?);
+            }
+            return Ok(outcomes);
+        }
+        bulk::insert_jobs(self, tx, jobs).await
+    }
+
+    async fn replace_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
+        match bind_job(sqlx::query(REPLACE_JOB), job).execute(&mut **tx).await {
+            Ok(done) if done.rows_affected() == 0 => Ok(Err(StoreError::NotFound(job.id.clone()))),
+            Ok(_) => Ok(Ok(())),
+            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn change_state(&self, tx: &mut Self::Tx, change: &StateChange) -> Result<bool, BoxError> {
+        let done = sqlx::query(CHANGE_STATE)
+            .bind(change.state.as_str())
+            .bind(i64::from(change.attempt))
+            .bind(epoch_ms(change.run_at))
+            .bind(epoch_ms(change.at))
+            .bind(change.result.as_deref())
+            .bind(change.id.as_str())
+            .execute(&mut **tx)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(DELETE_ALL_LIVE).bind(epoch_ms(at)).fetch_all(&mut **tx).await?;
+        let mut deleted = Vec::with_capacity(rows.len());
+        for (id, attempt) in rows {
+            let id = JobId::parse(id).map_err(|error| StoreError::Corrupt(format!("id: {error}")))?;
+            deleted.push((id, number("attempt", attempt)?));
+        }
+        Ok(deleted)
+    }
+
+    async fn append_log(&self, tx: &mut Self::Tx, rows: &[LogRow]) -> Result<(), BoxError> {
+        for chunk in rows.chunks(LOG_ROWS_PER_STATEMENT) {
+            let mut insert =
+                QueryBuilder::<Sqlite>::new("INSERT INTO job_log (job_id, status, attempt, node, update_time, host) ");
+            insert.push_values(chunk, |mut values, row| {
+                values
+                    .push_bind(row.job_id.as_str())
+                    .push_bind(row.state.as_str())
+                    .push_bind(i64::from(row.attempt))
+                    .push_bind(self.node.as_str())
+                    .push_bind(epoch_ms(row.at))
+                    .push_bind(self.host.as_str());
+            });
+            insert.build().execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+
+    async fn commit(&self, tx: Self::Tx) -> Result<(), BoxError> {
+        Ok(tx.commit().await?)
+    }
+}

@@ -1,0 +1,278 @@
+//! The SQLite backend: the durable store of the embedded deployment.
+//!
+//! Writes go through the group-commit writer ([`crate::writer`]) on a single
+//! write connection; reads use a separate pool and run in parallel with it
+//! (WAL readers never block the writer).
+//!
+//! Durability: the database runs in WAL journal mode with `synchronous=NORMAL`.
+//! A commit returns once its frames are written to the WAL file, so every write
+//! acknowledged to a caller survives the process being killed (kill -9, panic,
+//! OOM killer). The WAL is fsynced at checkpoints rather than at every commit, so
+//! an OS crash or power loss may lose the last commits (never corrupting the
+//! file); that is the trade for group commits without an fsync each.
+//!
+//! Layout: `rows` maps rows to jobs, `dialect` holds the write statements,
+//! `bulk` inserts many jobs in few statements.
+
+mod bulk;
+mod dialect;
+mod rows;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+
+use self::dialect::SqliteDialect;
+use self::rows::{job_columns, live_states, number, sql_count, state, JobRow, LogEntryRow};
+use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
+use crate::writer::{host_name, GroupCommitWriter};
+
+/// The file name [`SqliteStore::open_in`] uses inside its directory.
+pub const DATABASE_FILE_NAME: &str = "delayq.db";
+
+const BACKEND: &str = "sqlite";
+/// How long a statement waits for a lock held by another connection or process.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a read waits for a free connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_CONNECTIONS: u32 = 4;
+
+static MIGRATOR: Migrator = sqlx::migrate!("../../sql/sqlite");
+
+/// The job store over one SQLite file.
+pub struct SqliteStore {
+    reader: SqlitePool,
+    writer_pool: SqlitePool,
+    writer: GroupCommitWriter,
+    /// Removes the database of [`SqliteStore::open_temp`] when the store is dropped.
+    #[cfg(feature = "testsuite")]
+    _temp_dir: Option<tempfile::TempDir>,
+}
+
+impl SqliteStore {
+    /// Opens (creating the file and its parent directories when missing) the
+    /// database at a path or a `sqlite:` URL, and applies the migrations.
+    /// `node` names this process in `job_log`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the URL is invalid or the file cannot be
+    /// created, opened or migrated.
+    pub async fn open(path_or_url: &str, node: String) -> Result<SqliteStore, StoreError> {
+        let options = if path_or_url.starts_with("sqlite:") {
+            SqliteConnectOptions::from_str(path_or_url).map_err(unavailable)?
+        } else {
+            SqliteConnectOptions::new().filename(path_or_url)
+        };
+        SqliteStore::open_with(options, node).await
+    }
+
+    /// Opens the database `delayq.db` inside `dir` (see [`SqliteStore::open`]).
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub async fn open_in(dir: &Path, node: String) -> Result<SqliteStore, StoreError> {
+        let options = SqliteConnectOptions::new().filename(dir.join(DATABASE_FILE_NAME));
+        SqliteStore::open_with(options, node).await
+    }
+
+    /// Opens a store on a fresh file in a temporary directory that is removed
+    /// when the store is dropped; for tests.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    #[cfg(feature = "testsuite")]
+    pub async fn open_temp(node: String) -> Result<SqliteStore, StoreError> {
+        let dir = tempfile::tempdir().map_err(unavailable)?;
+        let mut store = SqliteStore::open_in(dir.path(), node).await?;
+        store._temp_dir = Some(dir);
+        Ok(store)
+    }
+
+    /// Returns how many transactions the writer has committed (each may carry
+    /// the writes of many callers).
+    pub fn commits(&self) -> u64 {
+        self.writer.commits()
+    }
+
+    async fn open_with(options: SqliteConnectOptions, node: String) -> Result<SqliteStore, StoreError> {
+        create_parent_dir(options.get_filename()).await?;
+        let options = options.create_if_missing(true).synchronous(SqliteSynchronous::Normal).busy_timeout(BUSY_TIMEOUT);
+        let writer_pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.clone().journal_mode(SqliteJournalMode::Wal))
+            .await
+            .map_err(unavailable)?;
+        MIGRATOR.run(&writer_pool).await.map_err(unavailable)?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(READ_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(unavailable)?;
+        let writer = GroupCommitWriter::spawn(SqliteDialect::new(writer_pool.clone(), node, host_name()));
+        Ok(SqliteStore {
+            reader,
+            writer_pool,
+            writer,
+            #[cfg(feature = "testsuite")]
+            _temp_dir: None,
+        })
+    }
+}
+
+/// Creates the directory of a database file (not for in-memory databases).
+async fn create_parent_dir(file: &Path) -> Result<(), StoreError> {
+    let name = file.to_string_lossy();
+    if name.starts_with(':') || name.starts_with("file:") {
+        return Ok(());
+    }
+    match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => tokio::fs::create_dir_all(dir).await.map_err(unavailable),
+        _ => Ok(()),
+    }
+}
+
+fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Unavailable { backend: BACKEND, source: Box::new(error) }
+}
+
+fn into_jobs(rows: Vec<JobRow>) -> Result<Vec<Job>, StoreError> {
+    rows.into_iter().map(JobRow::into_job).collect()
+}
+
+const SELECT_JOB: &str = concat!("SELECT ", job_columns!(), " FROM job WHERE id = ?");
+const SELECT_HISTORY: &str = "SELECT status, attempt, update_time, node FROM job_log WHERE job_id = ? ORDER BY id";
+const SELECT_LIVE_BY_BIZ_KEY: &str =
+    concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND bizkey = ? AND status IN ", live_states!());
+const LIST_FIRST_PAGE: &str =
+    concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND status = ? ORDER BY run_at, id LIMIT ?");
+const LIST_AFTER_CURSOR: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM job WHERE topic = ? AND status = ? AND (run_at, id) > (?, ?) ORDER BY run_at, id LIMIT ?"
+);
+const LIVE_JOBS: &str =
+    concat!("SELECT ", job_columns!(), " FROM job WHERE status IN ", live_states!(), " AND id > ? ORDER BY id LIMIT ?");
+const COUNTS: &str = "SELECT topic, status, COUNT(*) FROM job GROUP BY topic, status ORDER BY topic, status";
+
+#[async_trait]
+impl JobStore for SqliteStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn insert(&self, jobs: Vec<Job>) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        self.writer.insert(jobs).await
+    }
+
+    async fn replace(&self, job: Job) -> Result<(), StoreError> {
+        self.writer.replace(job).await
+    }
+
+    async fn record(&self, changes: Vec<StateChange>) -> Result<(), StoreError> {
+        self.writer.record(changes).await
+    }
+
+    fn journal(&self, changes: Vec<StateChange>) {
+        self.writer.journal(changes);
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.writer.flush().await
+    }
+
+    async fn get(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
+        let row: Option<JobRow> =
+            sqlx::query_as(SELECT_JOB).bind(id.as_str()).fetch_optional(&self.reader).await.map_err(unavailable)?;
+        row.map(JobRow::into_job).transpose()
+    }
+
+    async fn history(&self, id: &JobId) -> Result<Vec<LogEntry>, StoreError> {
+        let rows: Vec<LogEntryRow> =
+            sqlx::query_as(SELECT_HISTORY).bind(id.as_str()).fetch_all(&self.reader).await.map_err(unavailable)?;
+        rows.into_iter().map(LogEntryRow::into_entry).collect()
+    }
+
+    async fn find_live_by_biz_key(&self, topic: &Topic, biz_key: &str) -> Result<Option<Job>, StoreError> {
+        let row: Option<JobRow> = sqlx::query_as(SELECT_LIVE_BY_BIZ_KEY)
+            .bind(topic.as_str())
+            .bind(biz_key)
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(unavailable)?;
+        row.map(JobRow::into_job).transpose()
+    }
+
+    async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        cursor: Option<&ListCursor>,
+    ) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query = match cursor {
+            None => sqlx::query_as(LIST_FIRST_PAGE).bind(topic.as_str()).bind(state.as_str()),
+            Some(cursor) => sqlx::query_as(LIST_AFTER_CURSOR)
+                .bind(topic.as_str())
+                .bind(state.as_str())
+                .bind(rows::epoch_ms(cursor.run_at))
+                .bind(cursor.id.as_str()),
+        };
+        let rows: Vec<JobRow> = query.bind(sql_count(limit)).fetch_all(&self.reader).await.map_err(unavailable)?;
+        into_jobs(rows)
+    }
+
+    async fn live_jobs(&self, after: Option<&JobId>, limit: usize) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Every valid id sorts after the empty string.
+        let after = after.map_or("", JobId::as_str);
+        let rows: Vec<JobRow> = sqlx::query_as(LIVE_JOBS)
+            .bind(after)
+            .bind(sql_count(limit))
+            .fetch_all(&self.reader)
+            .await
+            .map_err(unavailable)?;
+        into_jobs(rows)
+    }
+
+    async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {
+        self.writer.delete_all_live(at).await
+    }
+
+    async fn counts(&self) -> Result<Vec<StateCount>, StoreError> {
+        let rows: Vec<(String, String, i64)> =
+            sqlx::query_as(COUNTS).fetch_all(&self.reader).await.map_err(unavailable)?;
+        let mut counts = Vec::with_capacity(rows.len());
+        for (topic, status, count) in rows {
+            counts.push(StateCount {
+                topic: Topic::parse(topic).map_err(|error| StoreError::Corrupt(format!("topic: {error}")))?,
+                state: state(&status)?,
+                count: number("count", count)?,
+            });
+        }
+        Ok(counts)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.reader).await.map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.writer.close().await;
+        self.writer_pool.close().await;
+        self.reader.close().await;
+    }
+}

@@ -1,0 +1,211 @@
+//! Checks of the read path (get, list, restore paging, counts), of clearAll and
+//! the run of every shared-safe check at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{Job, JobState, Timestamp};
+
+use super::writes::{
+    check_batch_with_refused_items, check_biz_key_unique_among_live_jobs, check_concurrent_inserts_are_durable,
+    check_duplicate_live_id_is_refused, check_ended_jobs_never_move, check_insert_over_ended_job_continues_history,
+    check_journal_is_ordered_with_durable_writes, check_record_and_history_in_order, check_replace,
+};
+use super::{change, get_ok, history_states, insert_ok, job_id, list_all, sample_job, unique_name, unique_topic};
+use crate::store::JobStore;
+
+/// Every field of a job survives an insert and a get; the insert is the first history line.
+pub async fn check_insert_get_round_trip(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("round-trip");
+    let job = Job {
+        id: job_id(&unique_name("round-trip")),
+        topic: topic.clone(),
+        subtopic: Some("eu.orders".into()),
+        body: "{\"order\":42,\"note\":\"ünïcödé ✓ 'quoted'\"}".into(),
+        biz_key: Some(unique_name("order")),
+        create_time: Timestamp::from_millis(1_700_000_000_123),
+        delay: Duration::from_millis(1_500),
+        run_at: Timestamp::from_millis(1_700_000_001_623),
+        ttr: Duration::from_millis(45_000),
+        priority: 4,
+        max_retries: 7,
+        retry_backoff: vec![Duration::from_millis(100), Duration::from_millis(2_500), Duration::from_secs(60)],
+        ttl: Duration::from_millis(3_600_000),
+        attempt: 2,
+        state: JobState::Ready,
+        result: Some("partial".into()),
+        updated_at: Timestamp::from_millis(1_700_000_000_456),
+    };
+    insert_ok(&*store, &job).await;
+    assert_eq!(get_ok(&*store, &job.id).await, job);
+
+    let plain = sample_job(&unique_name("round-trip-plain"), &topic);
+    insert_ok(&*store, &plain).await;
+    assert_eq!(get_ok(&*store, &plain.id).await, plain, "empty optional fields round-trip too");
+
+    let history = store.history(&job.id).await.expect("history");
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!((history[0].state, history[0].attempt, history[0].at), (JobState::Ready, 2, job.updated_at));
+    assert!(!history[0].node.is_empty(), "the log names the node");
+
+    let unknown = job_id(&unique_name("never-inserted"));
+    assert_eq!(store.get(&unknown).await.expect("get"), None);
+    assert!(store.history(&unknown).await.expect("history").is_empty());
+}
+
+/// `list` returns a topic's jobs in one state by (run_at, id), strictly after the cursor.
+pub async fn check_list_orders_and_pages(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("list");
+    let prefix = unique_name("list");
+    let run_ats = [300u64, 100, 200, 100, 100, 400, 200];
+    let base = Timestamp::from_millis(1_800_000_000_000);
+    let jobs: Vec<Job> = run_ats
+        .iter()
+        .enumerate()
+        .map(|(index, offset)| {
+            let mut job = sample_job(&format!("{prefix}-{index}"), &topic);
+            job.run_at = base.plus(Duration::from_millis(*offset));
+            job
+        })
+        .collect();
+    let mut finished = sample_job(&format!("{prefix}-finished"), &topic);
+    finished.run_at = base;
+    let outcomes = store.insert(jobs.iter().cloned().chain([finished.clone()]).collect()).await.expect("insert");
+    assert!(outcomes.iter().all(Result::is_ok));
+    store.record(vec![change(&finished, JobState::Finished, Timestamp::now())]).await.expect("record");
+
+    let mut expected: Vec<&Job> = jobs.iter().collect();
+    expected.sort_by(|a, b| (a.run_at, &a.id).cmp(&(b.run_at, &b.id)));
+    let expected_ids: Vec<_> = expected.iter().map(|job| job.id.clone()).collect();
+    for page in [1, 3, 7, 50] {
+        assert_eq!(list_all(&*store, &topic, JobState::Delay, page).await, expected_ids, "page size {page}");
+    }
+    assert_eq!(list_all(&*store, &topic, JobState::Finished, 10).await, [finished.id.clone()]);
+    assert!(list_all(&*store, &topic, JobState::Ready, 10).await.is_empty());
+    assert!(store.list(&topic, JobState::Delay, 0, None).await.expect("list").is_empty());
+
+    let first = store.list(&topic, JobState::Delay, 2, None).await.expect("list");
+    assert_eq!(first, expected[..2].iter().map(|job| (*job).clone()).collect::<Vec<_>>(), "rows are whole jobs");
+}
+
+/// `live_jobs` pages through live jobs by id and leaves ended ones out.
+pub async fn check_live_jobs_pages_by_id(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("live");
+    let prefix = unique_name("live");
+    // Inserted in reverse so that id order is not insertion order.
+    let jobs: Vec<Job> = (0..10).rev().map(|index| sample_job(&format!("{prefix}-{index:02}"), &topic)).collect();
+    let outcomes = store.insert(jobs.clone()).await.expect("insert");
+    assert!(outcomes.iter().all(Result::is_ok));
+    let ended = &jobs[0]; // {prefix}-09
+    store.record(vec![change(ended, JobState::Finished, Timestamp::now())]).await.expect("record");
+    store.record(vec![change(&jobs[1], JobState::Reserved, Timestamp::now())]).await.expect("record");
+
+    // Other checks and processes share the table: start just before our ids
+    // and stop at the first id that is not ours.
+    let own_prefix = format!("{prefix}-");
+    let mut after = job_id(&prefix);
+    let mut mine = Vec::new();
+    'pages: loop {
+        let page = store.live_jobs(Some(&after), 3).await.expect("live_jobs");
+        assert!(page.len() <= 3);
+        if page.is_empty() {
+            break;
+        }
+        for job in page {
+            assert!(job.id > after, "ids ascend strictly");
+            assert!(job.state.is_live(), "only live jobs are restored");
+            after = job.id.clone();
+            if !job.id.as_str().starts_with(&own_prefix) {
+                break 'pages;
+            }
+            mine.push(job);
+        }
+    }
+    let expected: Vec<_> = (0..9).map(|index| job_id(&format!("{prefix}-{index:02}"))).collect();
+    assert_eq!(mine.iter().map(|job| job.id.clone()).collect::<Vec<_>>(), expected);
+    let reserved = mine.iter().find(|job| job.id == jobs[1].id).map(|job| job.state);
+    assert_eq!(reserved, Some(JobState::Reserved), "restore sees the current state");
+    let from_start = store.live_jobs(None, 1).await.expect("live_jobs");
+    assert_eq!(from_start.len(), 1, "without a cursor the listing starts at the first id");
+}
+
+/// `counts` reports jobs per topic and state.
+pub async fn check_counts(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("counts");
+    let jobs: Vec<Job> = (0..6).map(|_| sample_job(&unique_name("counts"), &topic)).collect();
+    let outcomes = store.insert(jobs.clone()).await.expect("insert");
+    assert!(outcomes.iter().all(Result::is_ok));
+    let now = Timestamp::now();
+    let changes = vec![
+        change(&jobs[0], JobState::Ready, now),
+        change(&jobs[1], JobState::Ready, now),
+        change(&jobs[2], JobState::Finished, now),
+    ];
+    store.record(changes).await.expect("record");
+    let counts = store.counts().await.expect("counts");
+    let mut mine: Vec<(JobState, u64)> =
+        counts.into_iter().filter(|count| count.topic == topic).map(|count| (count.state, count.count)).collect();
+    mine.sort();
+    assert_eq!(mine, [(JobState::Delay, 3), (JobState::Ready, 2), (JobState::Finished, 1)]);
+}
+
+/// `ping` answers and empty writes are accepted.
+pub async fn check_ping_and_empty_writes(store: Arc<dyn JobStore>) {
+    store.ping().await.expect("ping");
+    assert!(store.insert(Vec::new()).await.expect("empty insert").is_empty());
+    store.record(Vec::new()).await.expect("empty record");
+    store.journal(Vec::new());
+    store.flush().await.expect("flush");
+    assert!(!store.backend().is_empty());
+}
+
+/// `delete_all_live` deletes every live job and journals it; ended jobs stay as they are.
+///
+/// Destructive for everything else in the database: run it on a database of its own.
+pub async fn check_delete_all_live(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("clear");
+    let jobs: Vec<Job> = (0..4).map(|_| sample_job(&unique_name("clear"), &topic)).collect();
+    let outcomes = store.insert(jobs.clone()).await.expect("insert");
+    assert!(outcomes.iter().all(Result::is_ok));
+    let now = Timestamp::now();
+    let changes = vec![
+        change(&jobs[1], JobState::Ready, now),
+        change(&jobs[2], JobState::Reserved, now),
+        change(&jobs[3], JobState::Finished, now),
+    ];
+    store.record(changes).await.expect("record");
+    let at = now.plus(Duration::from_millis(10));
+    let deleted = store.delete_all_live(at).await.expect("delete_all_live");
+    for job in &jobs[..3] {
+        assert!(deleted.contains(&job.id), "{} is returned", job.id);
+        let stored = get_ok(&*store, &job.id).await;
+        assert_eq!((stored.state, stored.updated_at), (JobState::Deleted, at));
+        assert_eq!(history_states(&*store, &job.id).await.last(), Some(&JobState::Deleted));
+    }
+    assert!(!deleted.contains(&jobs[3].id), "ended jobs are not deleted again");
+    assert_eq!(get_ok(&*store, &jobs[3].id).await.state, JobState::Finished);
+    let live = store.live_jobs(None, 1_000).await.expect("live_jobs");
+    assert!(live.iter().all(|job| job.topic != topic), "none of ours is live");
+    let again = store.delete_all_live(at).await.expect("delete_all_live");
+    assert!(jobs.iter().all(|job| !again.contains(&job.id)), "deleted jobs are not deleted twice");
+}
+
+/// Runs every shared-safe check at once on one store: they must not disturb each other.
+pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
+    tokio::join!(
+        check_insert_get_round_trip(Arc::clone(&store)),
+        check_duplicate_live_id_is_refused(Arc::clone(&store)),
+        check_insert_over_ended_job_continues_history(Arc::clone(&store)),
+        check_biz_key_unique_among_live_jobs(Arc::clone(&store)),
+        check_replace(Arc::clone(&store)),
+        check_record_and_history_in_order(Arc::clone(&store)),
+        check_ended_jobs_never_move(Arc::clone(&store)),
+        check_journal_is_ordered_with_durable_writes(Arc::clone(&store)),
+        check_list_orders_and_pages(Arc::clone(&store)),
+        check_live_jobs_pages_by_id(Arc::clone(&store)),
+        check_counts(Arc::clone(&store)),
+        check_concurrent_inserts_are_durable(Arc::clone(&store)),
+        check_batch_with_refused_items(Arc::clone(&store)),
+        check_ping_and_empty_writes(Arc::clone(&store)),
+    );
+}

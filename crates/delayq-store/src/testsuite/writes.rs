@@ -1,0 +1,301 @@
+//! Checks of the write path: inserts, replaces, state changes and the journal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{Job, JobState, Timestamp};
+
+use super::{
+    assert_refused, change, get_ok, history_states, insert_ok, list_all, sample_job, unique_name, unique_topic,
+};
+use crate::store::{JobStore, StateChange, StoreError};
+
+/// A second insert with the id of a live job is refused and changes nothing.
+pub async fn check_duplicate_live_id_is_refused(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("dup-id");
+    let job = sample_job(&unique_name("dup-id"), &topic);
+    insert_ok(&*store, &job).await;
+    for live_state in [JobState::Delay, JobState::Ready, JobState::Reserved] {
+        if live_state != JobState::Delay {
+            store.record(vec![change(&job, live_state, Timestamp::now())]).await.expect("record");
+        }
+        let mut again = job.clone();
+        again.body = "second".into();
+        let outcomes = store.insert(vec![again]).await.expect("insert");
+        assert_eq!(outcomes.len(), 1);
+        assert_refused(&outcomes[0], "IdTaken");
+    }
+    assert_eq!(get_ok(&*store, &job.id).await.body, job.body);
+    assert_eq!(history_states(&*store, &job.id).await, [JobState::Delay, JobState::Ready, JobState::Reserved]);
+}
+
+/// An id whose job has ended can be pushed again; the history continues.
+pub async fn check_insert_over_ended_job_continues_history(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("reinsert");
+    for ended in [JobState::Finished, JobState::Deleted, JobState::Dead, JobState::Expired] {
+        let first = sample_job(&unique_name("reinsert"), &topic);
+        insert_ok(&*store, &first).await;
+        let mut end = change(&first, ended, Timestamp::now());
+        end.result = Some("done".into());
+        store.record(vec![end]).await.expect("record");
+        let stored = get_ok(&*store, &first.id).await;
+        assert_eq!((stored.state, stored.result.as_deref()), (ended, Some("done")));
+
+        let mut second = sample_job(first.id.as_str(), &topic);
+        second.body = "second life".into();
+        insert_ok(&*store, &second).await;
+        assert_eq!(get_ok(&*store, &first.id).await, second, "the new job replaces the ended row");
+        assert_eq!(history_states(&*store, &first.id).await, [JobState::Delay, ended, JobState::Delay]);
+    }
+}
+
+/// `(topic, biz_key)` names at most one live job; ended jobs and other topics do not block it.
+pub async fn check_biz_key_unique_among_live_jobs(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("biz");
+    let other_topic = unique_topic("biz-other");
+    let biz_key = unique_name("key");
+    let with_key = |prefix: &str, topic| {
+        let mut job = sample_job(&unique_name(prefix), topic);
+        job.biz_key = Some(biz_key.clone());
+        job
+    };
+    let holder = with_key("biz-a", &topic);
+    insert_ok(&*store, &holder).await;
+
+    let clash = with_key("biz-b", &topic);
+    let outcomes = store.insert(vec![clash.clone()]).await.expect("insert");
+    match &outcomes[0] {
+        Err(StoreError::BizKeyTaken { topic: refused_topic, biz_key: refused_key, id }) => {
+            assert_eq!((refused_topic, refused_key), (&topic, &biz_key));
+            assert!(id.is_empty() || id == holder.id.as_str(), "names the holder, got {id}");
+        }
+        other => panic!("expected BizKeyTaken, got {other:?}"),
+    }
+    assert_eq!(store.get(&clash.id).await.expect("get"), None, "a refused job leaves no row");
+    assert!(store.history(&clash.id).await.expect("history").is_empty(), "nor a history line");
+
+    insert_ok(&*store, &with_key("biz-c", &other_topic)).await;
+    let found = store.find_live_by_biz_key(&topic, &biz_key).await.expect("find");
+    assert_eq!(found.map(|job| job.id), Some(holder.id.clone()));
+
+    store.record(vec![change(&holder, JobState::Deleted, Timestamp::now())]).await.expect("record");
+    assert_eq!(store.find_live_by_biz_key(&topic, &biz_key).await.expect("find"), None);
+    insert_ok(&*store, &clash).await;
+    let found = store.find_live_by_biz_key(&topic, &biz_key).await.expect("find");
+    assert_eq!(found.map(|job| job.id), Some(clash.id.clone()));
+
+    let keyless = [sample_job(&unique_name("biz-none"), &topic), sample_job(&unique_name("biz-none"), &topic)];
+    let outcomes = store.insert(keyless.to_vec()).await.expect("insert");
+    assert!(outcomes.iter().all(Result::is_ok), "jobs without a key never clash: {outcomes:?}");
+}
+
+/// A replace overwrites a live job, keeps its id and appends a history line.
+pub async fn check_replace(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("replace");
+    let mut job = sample_job(&unique_name("replace"), &topic);
+    job.biz_key = Some(unique_name("old-key"));
+    insert_ok(&*store, &job).await;
+
+    let mut replaced = sample_job(job.id.as_str(), &topic);
+    replaced.body = "rescheduled".into();
+    replaced.run_at = job.run_at.plus(Duration::from_secs(600));
+    replaced.biz_key = Some(unique_name("new-key"));
+    replaced.state = JobState::Ready;
+    store.replace(replaced.clone()).await.expect("replace");
+    assert_eq!(get_ok(&*store, &job.id).await, replaced);
+    assert_eq!(history_states(&*store, &job.id).await, [JobState::Delay, JobState::Ready]);
+    let old_key = job.biz_key.as_deref().unwrap_or_default();
+    assert_eq!(store.find_live_by_biz_key(&topic, old_key).await.expect("find"), None);
+    let new_key = replaced.biz_key.as_deref().unwrap_or_default();
+    assert!(store.find_live_by_biz_key(&topic, new_key).await.expect("find").is_some());
+
+    let mut other = sample_job(&unique_name("replace-other"), &topic);
+    other.biz_key = Some(unique_name("taken"));
+    insert_ok(&*store, &other).await;
+    let mut stealing = replaced.clone();
+    stealing.biz_key = other.biz_key.clone();
+    assert_refused(&store.replace(stealing).await, "BizKeyTaken");
+    assert_eq!(get_ok(&*store, &job.id).await, replaced, "a refused replace changes nothing");
+
+    let unknown = sample_job(&unique_name("replace-unknown"), &topic);
+    assert_refused(&store.replace(unknown.clone()).await, "NotFound");
+    assert_eq!(store.get(&unknown.id).await.expect("get"), None);
+
+    store.record(vec![change(&replaced, JobState::Finished, Timestamp::now())]).await.expect("record");
+    assert_refused(&store.replace(replaced.clone()).await, "NotFound");
+}
+
+/// Recorded changes update the row and append history lines in order.
+pub async fn check_record_and_history_in_order(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("record");
+    let job = sample_job(&unique_name("record"), &topic);
+    let sibling = sample_job(&unique_name("record-sibling"), &topic);
+    insert_ok(&*store, &job).await;
+    insert_ok(&*store, &sibling).await;
+    let base = job.updated_at;
+    let at = |offset_ms: u64| base.plus(Duration::from_millis(offset_ms));
+    let nacked_run_at = at(60_000);
+    let step = |state, attempt, run_at, offset_ms| StateChange {
+        id: job.id.clone(),
+        state,
+        attempt,
+        run_at,
+        at: at(offset_ms),
+        result: None,
+    };
+    let steps = [
+        step(JobState::Ready, 1, job.run_at, 10),
+        step(JobState::Reserved, 1, job.run_at, 20),
+        step(JobState::Delay, 2, nacked_run_at, 30),
+        step(JobState::Ready, 2, nacked_run_at, 40),
+        step(JobState::Reserved, 2, nacked_run_at, 50),
+    ];
+    for step in &steps {
+        store.record(vec![step.clone()]).await.expect("record");
+    }
+    let finish = StateChange { result: Some("done".into()), ..step(JobState::Finished, 2, nacked_run_at, 60) };
+    let sibling_ready = change(&sibling, JobState::Ready, at(60));
+    let unknown = change(&sample_job(&unique_name("record-unknown"), &topic), JobState::Ready, at(60));
+    store.record(vec![finish, sibling_ready, unknown.clone()]).await.expect("a change of an unknown job is ignored");
+
+    let stored = get_ok(&*store, &job.id).await;
+    assert_eq!(
+        (stored.state, stored.attempt, stored.run_at, stored.updated_at, stored.result.as_deref()),
+        (JobState::Finished, 2, nacked_run_at, at(60), Some("done"))
+    );
+    let history = store.history(&job.id).await.expect("history");
+    let lines: Vec<(JobState, u32, Timestamp)> =
+        history.iter().map(|entry| (entry.state, entry.attempt, entry.at)).collect();
+    assert_eq!(
+        lines,
+        [
+            (JobState::Delay, 1, base),
+            (JobState::Ready, 1, at(10)),
+            (JobState::Reserved, 1, at(20)),
+            (JobState::Delay, 2, at(30)),
+            (JobState::Ready, 2, at(40)),
+            (JobState::Reserved, 2, at(50)),
+            (JobState::Finished, 2, at(60)),
+        ]
+    );
+    assert_eq!(get_ok(&*store, &sibling.id).await.state, JobState::Ready, "every change of one call is applied");
+    assert_eq!(store.get(&unknown.id).await.expect("get"), None);
+    assert!(store.history(&unknown.id).await.expect("history").is_empty());
+}
+
+/// A change to a job that has ended is ignored: a late journal entry never revives it.
+pub async fn check_ended_jobs_never_move(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("ended");
+    let job = sample_job(&unique_name("ended"), &topic);
+    insert_ok(&*store, &job).await;
+    let deleted_at = Timestamp::now();
+    store.record(vec![change(&job, JobState::Deleted, deleted_at)]).await.expect("record");
+    store.record(vec![change(&job, JobState::Ready, deleted_at.plus(Duration::from_millis(5)))]).await.expect("record");
+    store.journal(vec![change(&job, JobState::Reserved, deleted_at.plus(Duration::from_millis(6)))]);
+    store.flush().await.expect("flush");
+    let stored = get_ok(&*store, &job.id).await;
+    assert_eq!((stored.state, stored.updated_at), (JobState::Deleted, deleted_at));
+    assert_eq!(history_states(&*store, &job.id).await, [JobState::Delay, JobState::Deleted]);
+}
+
+/// Journal entries submitted before a durable write are applied before it.
+pub async fn check_journal_is_ordered_with_durable_writes(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("journal");
+    let job = sample_job(&unique_name("journal"), &topic);
+    insert_ok(&*store, &job).await;
+    let t0 = Timestamp::now();
+    store.journal(vec![change(&job, JobState::Ready, t0)]);
+    store.journal(vec![change(&job, JobState::Reserved, t0.plus(Duration::from_millis(1)))]);
+    store.record(vec![change(&job, JobState::Finished, t0.plus(Duration::from_millis(2)))]).await.expect("record");
+    assert_eq!(
+        history_states(&*store, &job.id).await,
+        [JobState::Delay, JobState::Ready, JobState::Reserved, JobState::Finished],
+        "the record waited for the journal entries before it"
+    );
+
+    let jobs: Vec<Job> = (0..200).map(|_| sample_job(&unique_name("journal-many"), &topic)).collect();
+    let outcomes = store.insert(jobs.clone()).await.expect("insert");
+    assert!(outcomes.iter().all(Result::is_ok));
+    for job in &jobs {
+        store.journal(vec![change(job, JobState::Ready, t0)]);
+    }
+    let last = jobs.last().map(|job| change(job, JobState::Reserved, t0.plus(Duration::from_millis(1))));
+    store.record(last.into_iter().collect()).await.expect("record");
+    for job in &jobs[..jobs.len() - 1] {
+        assert_eq!(get_ok(&*store, &job.id).await.state, JobState::Ready, "journaled before the record");
+    }
+
+    let flushed = sample_job(&unique_name("journal-flush"), &topic);
+    insert_ok(&*store, &flushed).await;
+    store.journal(vec![change(&flushed, JobState::Ready, t0)]);
+    store.flush().await.expect("flush");
+    assert_eq!(get_ok(&*store, &flushed.id).await.state, JobState::Ready, "flush waits for the journal");
+}
+
+/// Many callers inserting at once are all acknowledged and all durable.
+pub async fn check_concurrent_inserts_are_durable(store: Arc<dyn JobStore>) {
+    const TASKS: usize = 50;
+    const PER_TASK: usize = 10;
+    let topic = unique_topic("concurrent");
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..TASKS {
+        let store = Arc::clone(&store);
+        let topic = topic.clone();
+        tasks.spawn(async move {
+            for _ in 0..PER_TASK {
+                insert_ok(&*store, &sample_job(&unique_name("concurrent"), &topic)).await;
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("insert task");
+    }
+    let listed = list_all(&*store, &topic, JobState::Delay, 200).await;
+    assert_eq!(listed.len(), TASKS * PER_TASK, "every acknowledged insert is stored");
+    for id in listed.iter().step_by(25) {
+        assert_eq!(history_states(&*store, id).await, [JobState::Delay]);
+    }
+}
+
+/// In one insert call each job is judged alone; within the call the first of two equal ids wins.
+pub async fn check_batch_with_refused_items(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("batch");
+    let mut held = sample_job(&unique_name("batch-held"), &topic);
+    held.biz_key = Some(unique_name("held-key"));
+    insert_ok(&*store, &held).await;
+
+    let first = sample_job(&unique_name("batch-a"), &topic);
+    let mut same_id = first.clone();
+    same_id.body = "second of the same id".into();
+    let mut key_clash = sample_job(&unique_name("batch-key"), &topic);
+    key_clash.biz_key = held.biz_key.clone();
+    let last = sample_job(&unique_name("batch-d"), &topic);
+    let batch = vec![first.clone(), held.clone(), key_clash.clone(), same_id, last.clone()];
+    let outcomes = store.insert(batch).await.expect("insert");
+    assert_eq!(outcomes.len(), 5, "one outcome per job, in order");
+    assert!(outcomes[0].is_ok(), "{:?}", outcomes[0]);
+    assert_refused(&outcomes[1], "IdTaken");
+    assert_refused(&outcomes[2], "BizKeyTaken");
+    assert_refused(&outcomes[3], "IdTaken");
+    assert!(outcomes[4].is_ok(), "{:?}", outcomes[4]);
+
+    assert_eq!(get_ok(&*store, &first.id).await, first, "the first of two equal ids wins");
+    assert_eq!(history_states(&*store, &first.id).await, [JobState::Delay]);
+    assert_eq!(store.get(&key_clash.id).await.expect("get"), None);
+    assert_eq!(get_ok(&*store, &last.id).await, last);
+    assert_eq!(get_ok(&*store, &held.id).await, held);
+
+    // Refusals by id alone (no business key in play), in a larger batch.
+    let fresh: Vec<Job> = (0..6).map(|_| sample_job(&unique_name("batch-fresh"), &topic)).collect();
+    let mut batch: Vec<Job> = fresh.clone();
+    batch.insert(2, held.clone());
+    batch.push(fresh[0].clone());
+    let outcomes = store.insert(batch).await.expect("insert");
+    let refused: Vec<usize> = (0..outcomes.len()).filter(|index| outcomes[*index].is_err()).collect();
+    assert_eq!(refused, [2, 7], "{outcomes:?}");
+    assert_refused(&outcomes[2], "IdTaken");
+    assert_refused(&outcomes[7], "IdTaken");
+    for job in &fresh {
+        assert_eq!(get_ok(&*store, &job.id).await, *job);
+    }
+}

@@ -1,0 +1,188 @@
+//! Group commit, shared by the SQL backends.
+//!
+//! One writer task per store owns the write connection. Callers queue writes on
+//! an unbounded channel; the task takes whatever is queued (up to
+//! [`MAX_BATCH_ROWS`]), applies it in submission order inside ONE transaction,
+//! commits, then answers every waiting caller through its oneshot. Journal
+//! entries ride the same channel without a reply, so their order relative to
+//! durable writes is the submission order.
+//!
+//! Each write is judged alone: a refused insert (id or business key held by a
+//! live job) is an outcome of that write, not a failure of the batch. Only a
+//! database failure fails the batch; then every durable caller gets
+//! [`StoreError::Unavailable`] and the journal entries are kept and retried with
+//! backoff ahead of anything newer, until they commit or the store is closed.
+//!
+//! The SQL lives behind [`BatchDialect`]; this module knows only ordering,
+//! batching, retries and replies.
+//!
+//! Layout: this module holds the dialect seam and the callers' handle; `task`
+//! holds the writer task (batching, applying, answering, retrying).
+
+mod task;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, JobState, Timestamp};
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
+
+use self::task::{InsertOutcomes, Reply, Write, WriterTask};
+use crate::store::{BoxError, StateChange, StoreError};
+
+/// One row of `job_log`; the dialect adds its node and host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LogRow {
+    pub(crate) job_id: JobId,
+    pub(crate) state: JobState,
+    pub(crate) attempt: u32,
+    pub(crate) at: Timestamp,
+}
+
+/// The statements of one SQL dialect, each run inside the batch transaction.
+///
+/// A method returns `Err` only for a database failure, which rolls the whole
+/// batch back; a refusal that concerns one write is its `Ok(Err(..))`.
+#[async_trait]
+pub(crate) trait BatchDialect: Send + Sync + 'static {
+    /// An open transaction on the write connection; dropping it rolls back.
+    type Tx: Send;
+
+    /// Returns the backend name used in [`StoreError::Unavailable`].
+    fn backend(&self) -> &'static str;
+
+    /// Starts a write transaction.
+    async fn begin(&self) -> Result<Self::Tx, BoxError>;
+
+    /// Inserts `job` unless a live job holds its id ([`StoreError::IdTaken`])
+    /// or its business key ([`StoreError::BizKeyTaken`]); a terminal row with
+    /// the same id is overwritten.
+    async fn insert_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError>;
+
+    /// Inserts `jobs` in order, each judged as by [`BatchDialect::insert_job`]
+    /// (one outcome per job); a dialect may write them in fewer statements.
+    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            outcomes.push(self.insert_job(tx, job).await?);
+        }
+        Ok(outcomes)
+    }
+
+    /// Overwrites the live row of `job.id` ([`StoreError::NotFound`] when there
+    /// is none, [`StoreError::BizKeyTaken`] when another live job holds the key).
+    async fn replace_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError>;
+
+    /// Applies `change` to the row of a live job; returns `false` when the job
+    /// is unknown or has ended (ended jobs never move).
+    async fn change_state(&self, tx: &mut Self::Tx, change: &StateChange) -> Result<bool, BoxError>;
+
+    /// Marks every live row deleted at `at`; returns the id and attempt of each.
+    async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError>;
+
+    /// Appends history rows, in order.
+    async fn append_log(&self, tx: &mut Self::Tx, rows: &[LogRow]) -> Result<(), BoxError>;
+
+    /// Commits the transaction.
+    async fn commit(&self, tx: Self::Tx) -> Result<(), BoxError>;
+
+    /// Returns whether a failed batch may be run again at once: the database
+    /// rolled it back for a passing reason, such as losing a deadlock to
+    /// another process writing the same tables.
+    fn is_retryable(&self, _error: &BoxError) -> bool {
+        false
+    }
+}
+
+/// The handle callers use to reach the writer task.
+pub(crate) struct GroupCommitWriter {
+    sender: mpsc::UnboundedSender<Write>,
+    backend: &'static str,
+    commits: Arc<AtomicU64>,
+}
+
+impl GroupCommitWriter {
+    /// Spawns the writer task on the current Tokio runtime.
+    pub(crate) fn spawn<D: BatchDialect>(dialect: D) -> GroupCommitWriter {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let commits = Arc::new(AtomicU64::new(0));
+        let backend = dialect.backend();
+        let task = WriterTask { dialect, receiver, commits: Arc::clone(&commits) };
+        tokio::spawn(task.run());
+        GroupCommitWriter { sender, backend, commits }
+    }
+
+    /// Returns how many transactions the writer has committed.
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    pub(crate) async fn insert(&self, jobs: Vec<Job>) -> Result<InsertOutcomes, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.call(|reply| Write::Insert { jobs, reply }).await
+    }
+
+    pub(crate) async fn replace(&self, job: Job) -> Result<(), StoreError> {
+        self.call(|reply| Write::Replace { job: Box::new(job), reply }).await
+    }
+
+    pub(crate) async fn record(&self, changes: Vec<StateChange>) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.call(|reply| Write::Record { changes, reply: Some(reply) }).await
+    }
+
+    pub(crate) fn journal(&self, changes: Vec<StateChange>) {
+        if changes.is_empty() {
+            return;
+        }
+        let dropped = changes.len();
+        if self.sender.send(Write::Record { changes, reply: None }).is_err() {
+            warn!(backend = self.backend, dropped, "journal entries after close are dropped");
+        }
+    }
+
+    pub(crate) async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {
+        self.call(|reply| Write::DeleteAllLive { at, reply }).await
+    }
+
+    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        self.call(|reply| Write::Flush { reply }).await
+    }
+
+    /// Commits (or gives up on) everything queued before, then stops the task.
+    pub(crate) async fn close(&self) {
+        let (reply, done) = oneshot::channel();
+        if self.sender.send(Write::Close { reply }).is_ok() {
+            let _stopped = done.await;
+        }
+    }
+
+    async fn call<T>(&self, write: impl FnOnce(Reply<T>) -> Write) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.sender.send(write(reply)).map_err(|_| closed(self.backend))?;
+        answer.await.map_err(|_| closed(self.backend))?
+    }
+}
+
+fn closed(backend: &'static str) -> StoreError {
+    StoreError::Unavailable { backend, source: "the store is closed".into() }
+}
+
+/// Returns this machine's host name for `job_log.host` (empty when unknown).
+pub(crate) fn host_name() -> String {
+    let from_env = std::env::var("HOSTNAME").ok().filter(|name| !name.trim().is_empty());
+    let from_kernel = || {
+        ["/proc/sys/kernel/hostname", "/etc/hostname"]
+            .into_iter()
+            .filter_map(|path| std::fs::read_to_string(path).ok())
+            .map(|name| name.trim().to_owned())
+            .find(|name| !name.is_empty())
+    };
+    from_env.or_else(from_kernel).unwrap_or_default()
+}

@@ -1,0 +1,373 @@
+//! The writer task: takes queued writes in batches, applies each batch in one
+//! transaction, answers the callers and retries journal entries.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{Job, JobId, JobState, Timestamp};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, error, warn};
+
+use super::{BatchDialect, LogRow};
+use crate::store::{BoxError, StateChange, StoreError};
+
+/// The most rows (jobs or state changes) one transaction takes; a single larger
+/// write still goes in whole.
+const MAX_BATCH_ROWS: usize = 4096;
+/// The first pause before retrying a failed journal batch.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(20);
+/// The longest pause between retries of a failed journal batch.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How many more times journal entries are tried once the store is closing.
+const CLOSE_ATTEMPTS: u32 = 3;
+/// How many times a batch the dialect calls retryable is run again at once.
+const RETRYABLE_ATTEMPTS: u32 = 5;
+
+pub(super) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+pub(super) type InsertOutcomes = Vec<Result<(), StoreError>>;
+
+/// One queued write and the caller waiting for it.
+pub(super) enum Write {
+    Insert {
+        jobs: Vec<Job>,
+        reply: Reply<InsertOutcomes>,
+    },
+    Replace {
+        job: Box<Job>,
+        reply: Reply<()>,
+    },
+    /// `reply` is `None` for a journal entry, which nobody waits for.
+    Record {
+        changes: Vec<StateChange>,
+        reply: Option<Reply<()>>,
+    },
+    DeleteAllLive {
+        at: Timestamp,
+        reply: Reply<Vec<JobId>>,
+    },
+    Flush {
+        reply: Reply<()>,
+    },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+impl Write {
+    fn rows(&self) -> usize {
+        match self {
+            Write::Insert { jobs, .. } => jobs.len(),
+            Write::Record { changes, .. } => changes.len(),
+            _ => 1,
+        }
+    }
+
+    fn touches_database(&self) -> bool {
+        !matches!(self, Write::Flush { .. } | Write::Close { .. })
+    }
+}
+
+/// What applying one write produced, before it is sent back.
+enum Outcome {
+    Inserted(InsertOutcomes),
+    Replaced(Result<(), StoreError>),
+    Deleted(Vec<JobId>),
+    Done,
+}
+
+/// The writes of one transaction.
+#[derive(Default)]
+struct Batch {
+    writes: Vec<Write>,
+    rows: usize,
+    close: Option<oneshot::Sender<()>>,
+}
+
+impl Batch {
+    fn admit(&mut self, write: Write) {
+        if let Write::Close { reply } = write {
+            self.close = Some(reply);
+            return;
+        }
+        self.rows += write.rows();
+        self.writes.push(write);
+    }
+
+    fn is_full(&self) -> bool {
+        self.close.is_some() || self.rows >= MAX_BATCH_ROWS
+    }
+}
+
+pub(super) struct WriterTask<D> {
+    pub(super) dialect: D,
+    pub(super) receiver: mpsc::UnboundedReceiver<Write>,
+    pub(super) commits: Arc<AtomicU64>,
+}
+
+impl<D: BatchDialect> WriterTask<D> {
+    pub(super) async fn run(mut self) {
+        let mut retained: Vec<Write> = Vec::new();
+        let mut backoff = RETRY_BACKOFF_MIN;
+        loop {
+            let mut batch = Batch::default();
+            retained.drain(..).for_each(|write| batch.admit(write));
+            if batch.writes.is_empty() {
+                let Some(write) = self.receiver.recv().await else { return };
+                batch.admit(write);
+            }
+            while !batch.is_full() {
+                let Ok(write) = self.receiver.try_recv() else { break };
+                batch.admit(write);
+            }
+            let close = batch.close.take();
+            retained = self.commit(batch.writes).await;
+            if let Some(reply) = close {
+                self.close_with(retained).await;
+                let _closed = reply.send(());
+                return;
+            }
+            if retained.is_empty() {
+                backoff = RETRY_BACKOFF_MIN;
+            } else if self.receiver.is_closed() {
+                // The store was dropped without close: nobody can flush any more.
+                self.close_with(retained).await;
+                return;
+            } else {
+                // A new write ends the pause: its caller learns at once whether
+                // the database is back, instead of waiting out the backoff.
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    write = self.receiver.recv() => retained.extend(write),
+                }
+                backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+            }
+        }
+    }
+
+    /// Applies and answers `writes`; returns the journal entries to retry.
+    async fn commit(&self, writes: Vec<Write>) -> Vec<Write> {
+        if writes.is_empty() {
+            return writes;
+        }
+        let mut applied = self.apply(&writes).await;
+        for _ in 0..RETRYABLE_ATTEMPTS {
+            match &applied {
+                Err(error) if self.dialect.is_retryable(error) => {
+                    debug!(backend = self.dialect.backend(), cause = %error, "store batch rolled back, running it again");
+                    applied = self.apply(&writes).await;
+                }
+                _ => break,
+            }
+        }
+        match applied {
+            Ok(outcomes) => {
+                if writes.iter().any(Write::touches_database) {
+                    self.commits.fetch_add(1, Ordering::Relaxed);
+                }
+                answer(writes, outcomes);
+                Vec::new()
+            }
+            Err(source) => {
+                let backend = self.dialect.backend();
+                warn!(backend, writes = writes.len(), cause = %source, "store batch failed");
+                fail(writes, backend, SharedError(Arc::from(source)))
+            }
+        }
+    }
+
+    /// Tries the remaining journal entries a few more times before the task stops.
+    async fn close_with(&self, mut retained: Vec<Write>) {
+        let mut backoff = RETRY_BACKOFF_MIN;
+        for _ in 0..CLOSE_ATTEMPTS {
+            if retained.is_empty() {
+                return;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+            retained = self.commit(retained).await;
+        }
+        let dropped: usize = retained.iter().map(Write::rows).sum();
+        if dropped > 0 {
+            error!(backend = self.dialect.backend(), dropped, "journal entries lost at close");
+        }
+    }
+
+    /// Runs every write in one transaction, in order.
+    async fn apply(&self, writes: &[Write]) -> Result<Vec<Outcome>, BoxError> {
+        if !writes.iter().any(Write::touches_database) {
+            return Ok(writes.iter().map(|_| Outcome::Done).collect());
+        }
+        let dialect = &self.dialect;
+        let mut tx = dialect.begin().await?;
+        let mut log = Vec::new();
+        let mut outcomes = Vec::with_capacity(writes.len());
+        let mut rest = writes;
+        while let Some((write, after)) = rest.split_first() {
+            rest = after;
+            let outcome = match write {
+                Write::Insert { .. } => {
+                    // Consecutive inserts go to the dialect together, so it can
+                    // write the jobs of many callers in few statements.
+                    let run = rest.iter().take_while(|next| matches!(next, Write::Insert { .. })).count();
+                    let (more, after_run) = rest.split_at(run);
+                    rest = after_run;
+                    let inserts = std::iter::once(write).chain(more);
+                    outcomes.extend(insert_jobs(dialect, &mut tx, inserts, &mut log).await?);
+                    continue;
+                }
+                Write::Replace { job, .. } => Outcome::Replaced(replace_job(dialect, &mut tx, job, &mut log).await?),
+                Write::Record { changes, .. } => {
+                    change_states(dialect, &mut tx, changes, &mut log).await?;
+                    Outcome::Done
+                }
+                Write::DeleteAllLive { at, .. } => {
+                    Outcome::Deleted(delete_all_live(dialect, &mut tx, *at, &mut log).await?)
+                }
+                Write::Flush { .. } | Write::Close { .. } => Outcome::Done,
+            };
+            outcomes.push(outcome);
+        }
+        dialect.append_log(&mut tx, &log).await?;
+        dialect.commit(tx).await?;
+        Ok(outcomes)
+    }
+}
+
+/// Inserts the jobs of consecutive insert writes in one dialect call; returns
+/// one [`Outcome::Inserted`] per write.
+async fn insert_jobs<'w, D: BatchDialect>(
+    dialect: &D,
+    tx: &mut D::Tx,
+    inserts: impl Iterator<Item = &'w Write>,
+    log: &mut Vec<LogRow>,
+) -> Result<Vec<Outcome>, BoxError> {
+    let per_write: Vec<&[Job]> = inserts
+        .map(|write| match write {
+            Write::Insert { jobs, .. } => jobs.as_slice(),
+            _ => &[],
+        })
+        .collect();
+    let jobs: Vec<&Job> = per_write.iter().flat_map(|jobs| jobs.iter()).collect();
+    let results = dialect.insert_jobs(tx, &jobs).await?;
+    if results.len() != jobs.len() {
+        return Err(format!("{} outcomes for {} inserted jobs", results.len(), jobs.len()).into());
+    }
+    for (job, result) in jobs.iter().zip(&results) {
+        if result.is_ok() {
+            log.push(LogRow { job_id: job.id.clone(), state: job.state, attempt: job.attempt, at: job.updated_at });
+        }
+    }
+    let mut results = results.into_iter();
+    Ok(per_write.iter().map(|jobs| Outcome::Inserted(results.by_ref().take(jobs.len()).collect())).collect())
+}
+
+async fn replace_job<D: BatchDialect>(
+    dialect: &D,
+    tx: &mut D::Tx,
+    job: &Job,
+    log: &mut Vec<LogRow>,
+) -> Result<Result<(), StoreError>, BoxError> {
+    let outcome = dialect.replace_job(tx, job).await?;
+    if outcome.is_ok() {
+        log.push(LogRow { job_id: job.id.clone(), state: job.state, attempt: job.attempt, at: job.updated_at });
+    }
+    Ok(outcome)
+}
+
+async fn change_states<D: BatchDialect>(
+    dialect: &D,
+    tx: &mut D::Tx,
+    changes: &[StateChange],
+    log: &mut Vec<LogRow>,
+) -> Result<(), BoxError> {
+    for change in changes {
+        if dialect.change_state(tx, change).await? {
+            log.push(LogRow { job_id: change.id.clone(), state: change.state, attempt: change.attempt, at: change.at });
+        } else {
+            debug!(job_id = %change.id, state = %change.state, "state change for an unknown or ended job ignored");
+        }
+    }
+    Ok(())
+}
+
+async fn delete_all_live<D: BatchDialect>(
+    dialect: &D,
+    tx: &mut D::Tx,
+    at: Timestamp,
+    log: &mut Vec<LogRow>,
+) -> Result<Vec<JobId>, BoxError> {
+    let deleted = dialect.delete_all_live(tx, at).await?;
+    let mut ids = Vec::with_capacity(deleted.len());
+    for (job_id, attempt) in deleted {
+        log.push(LogRow { job_id: job_id.clone(), state: JobState::Deleted, attempt, at });
+        ids.push(job_id);
+    }
+    Ok(ids)
+}
+
+/// Sends each committed write its outcome; a caller that went away is ignored.
+fn answer(writes: Vec<Write>, outcomes: Vec<Outcome>) {
+    debug_assert_eq!(writes.len(), outcomes.len());
+    for (write, outcome) in writes.into_iter().zip(outcomes) {
+        match (write, outcome) {
+            (Write::Insert { reply, .. }, Outcome::Inserted(results)) => {
+                let _gone = reply.send(Ok(results));
+            }
+            (Write::Replace { reply, .. }, Outcome::Replaced(result)) => {
+                let _gone = reply.send(result);
+            }
+            (Write::DeleteAllLive { reply, .. }, Outcome::Deleted(ids)) => {
+                let _gone = reply.send(Ok(ids));
+            }
+            (Write::Record { reply: Some(reply), .. } | Write::Flush { reply }, Outcome::Done) => {
+                let _gone = reply.send(Ok(()));
+            }
+            (Write::Record { reply: None, .. } | Write::Close { .. }, _) => {}
+            (write, _) => {
+                debug_assert!(false, "outcome does not match its write");
+                drop(write);
+            }
+        }
+    }
+}
+
+/// Tells every durable caller the batch failed; returns the journal entries, in order.
+fn fail(writes: Vec<Write>, backend: &'static str, cause: SharedError) -> Vec<Write> {
+    let unavailable = || StoreError::Unavailable { backend, source: Box::new(cause.clone()) };
+    let mut retained = Vec::new();
+    for write in writes {
+        match write {
+            Write::Insert { reply, .. } => {
+                let _gone = reply.send(Err(unavailable()));
+            }
+            Write::Replace { reply, .. } | Write::Flush { reply } | Write::Record { reply: Some(reply), .. } => {
+                let _gone = reply.send(Err(unavailable()));
+            }
+            Write::DeleteAllLive { reply, .. } => {
+                let _gone = reply.send(Err(unavailable()));
+            }
+            journal @ Write::Record { reply: None, .. } => retained.push(journal),
+            Write::Close { .. } => {}
+        }
+    }
+    retained
+}
+
+/// One database error reported to every caller of the failed batch.
+#[derive(Clone, Debug)]
+struct SharedError(Arc<dyn StdError + Send + Sync>);
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl StdError for SharedError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
+    }
+}

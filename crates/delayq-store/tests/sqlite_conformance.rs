@@ -1,0 +1,151 @@
+//! The store conformance suite and SQLite-specific behaviour, on temporary files.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use delayq_common::{JobState, Timestamp};
+use delayq_store::testsuite::{self, change, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic};
+use delayq_store::{JobStore, SqliteStore};
+
+async fn temp_store() -> Option<Arc<dyn JobStore>> {
+    let store = SqliteStore::open_temp("test-node".into()).await.expect("open a temporary sqlite store");
+    Some(Arc::new(store))
+}
+
+delayq_store::store_conformance!(temp_store());
+
+#[tokio::test]
+async fn delete_all_live_on_a_database_of_its_own() {
+    let store = temp_store().await.expect("store");
+    testsuite::check_delete_all_live(Arc::clone(&store)).await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_reopened_store_sees_every_committed_write() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let topic = unique_topic("reopen");
+    let inserted = sample_job(&unique_name("reopen"), &topic);
+    let journaled = sample_job(&unique_name("reopen-journal"), &topic);
+    {
+        let store = SqliteStore::open_in(dir.path(), "node-a".into()).await.expect("open");
+        insert_ok(&store, &inserted).await;
+        insert_ok(&store, &journaled).await;
+        store.record(vec![change(&inserted, JobState::Ready, Timestamp::now())]).await.expect("record");
+
+        // A second store on the same file sees the commit while the first is open.
+        let second = SqliteStore::open_in(dir.path(), "node-b".into()).await.expect("open twice");
+        assert_eq!(get_ok(&second, &inserted.id).await.state, JobState::Ready);
+        second.close().await;
+
+        // close() flushes journal entries nobody waited for.
+        store.journal(vec![change(&journaled, JobState::Ready, Timestamp::now())]);
+        store.close().await;
+    }
+    let reopened = SqliteStore::open_in(dir.path(), "node-c".into()).await.expect("reopen");
+    assert_eq!(get_ok(&reopened, &inserted.id).await.state, JobState::Ready);
+    assert_eq!(history_states(&reopened, &journaled.id).await, [JobState::Delay, JobState::Ready]);
+    let history = reopened.history(&inserted.id).await.expect("history");
+    assert!(history.iter().all(|entry| entry.node == "node-a"), "{history:?}");
+    reopened.close().await;
+}
+
+#[tokio::test]
+async fn opens_sqlite_urls_and_plain_paths_creating_directories() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url_file = dir.path().join("nested/deeper/url.db");
+    let url = format!("sqlite://{}", url_file.display());
+    let store = SqliteStore::open(&url, "node".into()).await.expect("open url");
+    store.ping().await.expect("ping");
+    store.close().await;
+    assert!(url_file.exists(), "the file and its directories are created");
+
+    let path_file = dir.path().join("plain/path.db");
+    let store = SqliteStore::open(&path_file.to_string_lossy(), "node".into()).await.expect("open path");
+    store.close().await;
+    assert!(path_file.exists());
+
+    let journal_mode: String = {
+        use sqlx::Connection;
+        let mut connection = sqlx::SqliteConnection::connect(&url).await.expect("connect");
+        sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut connection).await.expect("pragma")
+    };
+    assert_eq!(journal_mode, "wal");
+}
+
+#[tokio::test]
+async fn a_closed_store_refuses_writes() {
+    let store = SqliteStore::open_temp("node".into()).await.expect("open");
+    store.close().await;
+    let topic = unique_topic("closed");
+    let refused = store.insert(vec![sample_job(&unique_name("closed"), &topic)]).await;
+    assert!(matches!(refused, Err(delayq_store::StoreError::Unavailable { backend: "sqlite", .. })), "{refused:?}");
+    store.journal(vec![]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_single_inserts_share_commits() {
+    let store = Arc::new(SqliteStore::open_temp("node".into()).await.expect("open"));
+    let topic = unique_topic("share");
+    let before = store.commits();
+    let barrier = Arc::new(tokio::sync::Barrier::new(50));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let (store, topic, barrier) = (Arc::clone(&store), topic.clone(), Arc::clone(&barrier));
+        tasks.spawn(async move {
+            barrier.wait().await;
+            insert_ok(&*store, &sample_job(&unique_name("share"), &topic)).await;
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("task");
+    }
+    let commits = store.commits() - before;
+    assert!(commits < 50, "50 concurrent inserts took {commits} commits");
+    store.close().await;
+}
+
+/// Prints insert throughput; run with
+/// `cargo test --release -p delayq-store --test sqlite_conformance -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+#[ignore = "timing run, prints throughput"]
+async fn insert_throughput() {
+    let store = Arc::new(SqliteStore::open_temp("bench".into()).await.expect("open"));
+    let topic = unique_topic("bench");
+
+    for round in 0..3 {
+        let jobs: Vec<_> = (0..1_000).map(|_| sample_job(&unique_name("bench-batch"), &topic)).collect();
+        let started = Instant::now();
+        let outcomes = store.insert(jobs).await.expect("insert");
+        let elapsed = started.elapsed();
+        assert!(outcomes.iter().all(Result::is_ok));
+        println!("batch of 1000 inserts (round {round}): {elapsed:?}, {:.0} jobs/s", 1_000.0 / elapsed.as_secs_f64());
+    }
+
+    const TASKS: usize = 50;
+    const PER_TASK: usize = 200;
+    let commits_before = store.commits();
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..TASKS {
+        let (store, topic) = (Arc::clone(&store), topic.clone());
+        tasks.spawn(async move {
+            for _ in 0..PER_TASK {
+                insert_ok(&*store, &sample_job(&unique_name("bench-single"), &topic)).await;
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("task");
+    }
+    let elapsed = started.elapsed();
+    let total = TASKS * PER_TASK;
+    let commits = store.commits() - commits_before;
+    println!(
+        "{total} single inserts from {TASKS} tasks: {elapsed:?}, {:.0} jobs/s, {commits} commits ({:.1} inserts/commit)",
+        total as f64 / elapsed.as_secs_f64(),
+        total as f64 / commits as f64
+    );
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    store.close().await;
+}

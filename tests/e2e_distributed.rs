@@ -1,0 +1,128 @@
+//! The distributed deployment: several `delayq serve` processes sharing one
+//! Redis scheduler and one MariaDB store.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{now_ms, service, unique_name, Client, Server};
+use serde_json::{json, Value};
+use sqlx::Connection;
+
+const JOBS: usize = 50_000;
+const CONSUMERS_PER_NODE: usize = 4;
+const TTR_MS: u64 = 60_000;
+
+/// A fresh database on the test server; returns its URL.
+async fn fresh_database(root_url: &str, name: &str) -> String {
+    let mut connection = sqlx::MySqlConnection::connect(root_url).await.expect("connect to mariadb");
+    sqlx::query(&format!("CREATE DATABASE `{name}`")).execute(&mut connection).await.expect("create database");
+    let base = root_url.rsplit_once('/').map(|(base, _)| base).expect("url has a database");
+    format!("{base}/{name}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_deliver_every_job_exactly_once() {
+    let (Some(redis_url), Some(mysql_url)) = (service("DELAYQ_TEST_REDIS_URL"), service("DELAYQ_TEST_MYSQL_URL")) else {
+        return;
+    };
+    let name = unique_name("dq_e2e_two_nodes");
+    let database_url = fresh_database(&mysql_url, &name).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut nodes = Vec::new();
+    for node in ["a", "b"] {
+        let node_dir = dir.path().join(node);
+        std::fs::create_dir_all(&node_dir).expect("node dir");
+        let env = [
+            ("DELAYQ_REDIS_URL", redis_url.as_str()),
+            ("DELAYQ_DATABASE_URL", database_url.as_str()),
+            ("DELAYQ_SCHEDULER__REDIS_PREFIX", name.as_str()),
+            ("DELAYQ_NODE_ID", node),
+        ];
+        nodes.push(Server::start(&node_dir, &env).await);
+    }
+    let clients: Vec<Client> = nodes.iter().map(Server::client).collect();
+
+    let deliveries: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let consumers: Vec<_> = clients
+        .iter()
+        .flat_map(|client| (0..CONSUMERS_PER_NODE).map(move |_| client.clone()))
+        .map(|client| tokio::spawn(consume(client, Arc::clone(&deliveries))))
+        .collect();
+
+    let mut pushed = Vec::with_capacity(JOBS);
+    for (batch_index, batch) in (0..JOBS).collect::<Vec<_>>().chunks(1_000).enumerate() {
+        let jobs: Vec<Value> = batch
+            .iter()
+            .map(|index| json!({"topic": "two.nodes", "body": format!("job {index}"), "delay": (index * 7) % 3_000, "ttr": TTR_MS}))
+            .collect();
+        let client = &clients[batch_index % clients.len()];
+        let (status, answer) = client.post("/push/batch", &json!({ "jobs": jobs })).await.expect("push batch");
+        assert_eq!(status, 200, "{answer}");
+        for item in answer["data"].as_array().expect("array") {
+            pushed.push(item["id"].as_str().unwrap_or_else(|| panic!("refused: {item}")).to_owned());
+        }
+    }
+    assert_eq!(pushed.len(), JOBS);
+
+    let deadline = now_ms() + 180_000;
+    while deliveries.lock().expect("lock").len() < JOBS && now_ms() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Give a duplicate, if any, the chance to show up.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    for consumer in consumers {
+        consumer.abort();
+    }
+    let deliveries = deliveries.lock().expect("lock").clone();
+    let missing = pushed.iter().filter(|id| !deliveries.contains_key(*id)).count();
+    let duplicated = deliveries.values().filter(|count| **count > 1).count();
+    println!("two nodes: {} pushed, {} delivered, {missing} missing, {duplicated} duplicated", JOBS, deliveries.len());
+    assert_eq!(missing, 0, "jobs lost");
+    assert_eq!(duplicated, 0, "jobs delivered twice within their ttr");
+    for node in nodes {
+        node.terminate().await;
+    }
+}
+
+/// Pops, records and finishes jobs until aborted.
+async fn consume(client: Client, deliveries: Arc<Mutex<HashMap<String, u32>>>) {
+    loop {
+        let Ok((200, popped)) = client.get("/pop?topic=two.nodes&count=100&timeout=1000").await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let ids: Vec<String> =
+            popped["data"].as_array().into_iter().flatten().filter_map(|job| job["id"].as_str().map(str::to_owned)).collect();
+        {
+            let mut deliveries = deliveries.lock().expect("lock");
+            for id in &ids {
+                *deliveries.entry(id.clone()).or_default() += 1;
+            }
+        }
+        let finishes = ids.iter().map(|id| {
+            let client = client.clone();
+            let id = id.clone();
+            async move { client.post_empty(&format!("/finish?jobId={id}")).await }
+        });
+        for outcome in futures_join_all(finishes).await {
+            let (status, body) = outcome.expect("finish");
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+}
+
+/// Runs the futures concurrently and returns their outputs in order.
+async fn futures_join_all<F: std::future::Future + Send + 'static>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut outputs = Vec::with_capacity(handles.len());
+    for handle in handles {
+        outputs.push(handle.await.expect("task"));
+    }
+    outputs
+}
