@@ -18,8 +18,10 @@ async fn push_pop_finish_round_trip() {
     let (status, ready) = client.get("/ready").await.expect("ready");
     assert_eq!(status, 200, "{ready}");
 
-    let (status, pushed) =
-        client.post("/push", &json!({"topic": "e2e.orders", "body": "close order 1", "delay": 200})).await.expect("push");
+    let (status, pushed) = client
+        .post("/push", &json!({"topic": "e2e.orders", "body": "close order 1", "delay": 200}))
+        .await
+        .expect("push");
     assert_eq!(status, 200, "{pushed}");
     assert_eq!(pushed["success"], true);
     let id = pushed["data"]["id"].as_str().expect("generated id").to_owned();
@@ -36,7 +38,8 @@ async fn push_pop_finish_round_trip() {
     assert_eq!(jobs[0]["attempt"], 1);
     assert!(popped_at >= run_at, "popped {popped_at} before runAt {run_at}");
 
-    let (status, finished) = client.post(&format!("/finish?jobId={id}"), &json!({"result": "closed"})).await.expect("finish");
+    let (status, finished) =
+        client.post(&format!("/finish?jobId={id}"), &json!({"result": "closed"})).await.expect("finish");
     assert_eq!(status, 200, "{finished}");
     assert_eq!(finished["data"]["id"], id.as_str());
 
@@ -81,7 +84,8 @@ async fn bad_requests_name_the_field_and_change_nothing() {
     let (status, _) = client.post("/push", &json!({"topic": "t", "body": "x".repeat(70_000)})).await.expect("push");
     assert_eq!(status, 413);
 
-    let (status, _) = client.post("/push", &json!({"topic": "t", "id": "dup", "body": "b", "delay": 60_000})).await.expect("push");
+    let (status, _) =
+        client.post("/push", &json!({"topic": "t", "id": "dup", "body": "b", "delay": 60_000})).await.expect("push");
     assert_eq!(status, 200);
     let (status, conflict) =
         client.post("/push", &json!({"topic": "t", "id": "dup", "body": "b", "delay": 60_000})).await.expect("push");
@@ -103,7 +107,8 @@ async fn youzan_routes_take_seconds() {
     let server = Server::start(dir.path(), &[]).await;
     let client = server.client();
     let before = now_ms();
-    let (status, pushed) = client.post("/topic/yz/job", &json!({"body": "b", "delay": 1, "ttr": 5})).await.expect("push");
+    let (status, pushed) =
+        client.post("/topic/yz/job", &json!({"body": "b", "delay": 1, "ttr": 5})).await.expect("push");
     assert_eq!(status, 200, "{pushed}");
     let run_at = pushed["data"]["runAt"].as_u64().expect("runAt");
     assert!(run_at >= before + 1_000 && run_at < before + 5_000, "delay is in seconds: {run_at} vs {before}");
