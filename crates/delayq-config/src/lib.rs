@@ -11,4 +11,6 @@ pub mod load;
 pub mod model;
 
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
-pub use model::{AuthConfig, Config, JobsConfig, LimitsConfig, SchedulerConfig, ServerConfig, StoreConfig, ZookeeperConfig};
+pub use model::{
+    AuthConfig, Config, JobsConfig, LimitsConfig, SchedulerConfig, ServerConfig, StoreConfig, ZookeeperConfig,
+};

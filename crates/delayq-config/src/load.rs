@@ -93,7 +93,8 @@ impl Config {
             }
         }
         if let Some(url) = &self.scheduler.redis_url {
-            if url.split(',').any(|seed| !(seed.trim().starts_with("redis://") || seed.trim().starts_with("rediss://"))) {
+            if url.split(',').any(|seed| !(seed.trim().starts_with("redis://") || seed.trim().starts_with("rediss://")))
+            {
                 return invalid("scheduler.redis_url", "must be redis:// URLs separated by commas".to_owned());
             }
         }
@@ -165,7 +166,10 @@ mod tests {
     #[test]
     fn file_overrides_defaults_and_environment_overrides_file() {
         Jail::expect_with(|jail| {
-            jail.create_file("delayq.toml", "[server]\nhttp_addr = \"127.0.0.1:7000\"\n[limits]\nmax_body_bytes = 10\n")?;
+            jail.create_file(
+                "delayq.toml",
+                "[server]\nhttp_addr = \"127.0.0.1:7000\"\n[limits]\nmax_body_bytes = 10\n",
+            )?;
             jail.set_env("DELAYQ_HTTP_ADDR", "127.0.0.1:0");
             jail.set_env("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379");
             jail.set_env("DELAYQ_JOBS__MAX_RETRIES", "3");

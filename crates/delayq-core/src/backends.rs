@@ -37,11 +37,11 @@ pub(crate) async fn build_scheduler(config: &Config) -> anyhow::Result<Arc<dyn S
     match config.scheduler.redis_url.as_deref() {
         None => Ok(Arc::new(MemoryScheduler::new())),
         Some(urls) => {
-            let options =
-                RedisSchedulerOptions { prefix: config.scheduler.redis_prefix.clone(), ..RedisSchedulerOptions::default() };
-            let scheduler = RedisScheduler::connect(urls, options)
-                .await
-                .context("failed to connect to redis")?;
+            let options = RedisSchedulerOptions {
+                prefix: config.scheduler.redis_prefix.clone(),
+                ..RedisSchedulerOptions::default()
+            };
+            let scheduler = RedisScheduler::connect(urls, options).await.context("failed to connect to redis")?;
             Ok(Arc::new(scheduler))
         }
     }

@@ -20,8 +20,8 @@ use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::backends::{build_leadership, build_scheduler, build_store};
-use crate::leader;
 use crate::cli::ServeArgs;
+use crate::leader;
 use crate::node::NodeIdentity;
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {

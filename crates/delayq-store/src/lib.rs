@@ -13,9 +13,9 @@
 pub mod mysql;
 pub mod sqlite;
 pub mod store;
-mod writer;
 #[cfg(feature = "testsuite")]
 pub mod testsuite;
+mod writer;
 
 pub use mysql::MysqlStore;
 pub use sqlite::SqliteStore;
