@@ -143,6 +143,8 @@ fn environment() -> Env {
 }
 
 #[cfg(test)]
+// figment's `Jail` closures return its own (large) error type.
+#[allow(clippy::result_large_err)]
 mod tests {
     use figment::Jail;
 
