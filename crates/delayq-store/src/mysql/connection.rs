@@ -23,6 +23,8 @@ const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// An idle writer connection older than this is pinged before it is used, so
 /// that one the server closed meanwhile fails no batch.
 const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
+/// How long that ping may take before a new connection is opened instead.
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Session settings of every connection: a lock held by another node is waited
 /// for a few seconds, not InnoDB's default 50; oversized values are refused,
@@ -60,7 +62,10 @@ impl WriterConnection {
     pub(super) async fn take(&self) -> Result<MySqlConnection, sqlx::Error> {
         let idle = self.idle.lock().ok().and_then(|mut slot| slot.take());
         if let Some((mut connection, since)) = idle {
-            if since.elapsed() < PING_IDLE_AFTER || within(connection.ping()).await.is_ok() {
+            if since.elapsed() < PING_IDLE_AFTER {
+                return Ok(connection);
+            }
+            if let Ok(Ok(())) = tokio::time::timeout(PING_TIMEOUT, connection.ping()).await {
                 return Ok(connection);
             }
         }

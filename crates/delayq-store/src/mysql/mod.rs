@@ -6,8 +6,10 @@
 //! Reads use a pool. Several delayq nodes may share one database: InnoDB
 //! row locks order their writers, and a batch that loses a deadlock is run again.
 //!
-//! When the server is down, a write fails within [`ACQUIRE_TIMEOUT`] with
-//! [`StoreError::Unavailable`]; the store reconnects by itself once it is back.
+//! When the server is down, a write fails within about [`ACQUIRE_TIMEOUT`]
+//! with [`StoreError::Unavailable`] (a statement already sent to a server that
+//! stopped answering gives up after 10 s); the store reconnects by itself once
+//! the server is back.
 //!
 //! Layout: `rows` maps rows to jobs, `dialect` holds the write statements,
 //! `connection` the connections and statement deadlines, `scratch` (feature
