@@ -198,9 +198,9 @@ impl Engine {
         Ok(u64::try_from(cleared).unwrap_or(0))
     }
 
-    /// Returns the live counts of one shard: `(state letter + topic, count)`.
-    pub(super) async fn counts(&self, shard: &ShardKeys) -> QueueResult<Vec<(String, i64)>> {
-        self.connection.query(redis::cmd("HGETALL").arg(&shard.counts), self.timeout).await
+    /// Returns the metadata fields of one shard; live counts are `(state letter + topic, count)`.
+    pub(super) async fn meta(&self, shard: &ShardKeys) -> QueueResult<Vec<(String, String)>> {
+        self.connection.query(redis::cmd("HGETALL").arg(&shard.meta), self.timeout).await
     }
 
     /// Returns the scores of the first `count` ready jobs of `topic` in one shard.
@@ -225,8 +225,7 @@ impl Engine {
         invocation
             .key(&shard.jobs)
             .key(&shard.timeline)
-            .key(&shard.counts)
-            .key(&shard.topics)
+            .key(&shard.meta)
             .arg(&self.signals.origin)
             .arg(now.as_millis())
             .arg(&self.prefix)

@@ -16,10 +16,8 @@ pub(super) struct ShardKeys {
     pub(super) jobs: String,
     /// `{prefix:s}:d`: the timeline of due instants.
     pub(super) timeline: String,
-    /// `{prefix:s}:c`: live counts per state and topic.
-    pub(super) counts: String,
-    /// `{prefix:s}:t`: the topic codes.
-    pub(super) topics: String,
+    /// `{prefix:s}:m`: live counts per state and topic, topic codes, the announced earliest instant.
+    pub(super) meta: String,
     /// `{prefix:s}:r:`: the stem of the per-topic ready queues.
     ready_stem: String,
 }
@@ -32,8 +30,7 @@ impl ShardKeys {
             index,
             jobs: format!("{base}j"),
             timeline: format!("{base}d"),
-            counts: format!("{base}c"),
-            topics: format!("{base}t"),
+            meta: format!("{base}m"),
             ready_stem: format!("{base}r:"),
         }
     }
@@ -148,7 +145,7 @@ mod tests {
     #[test]
     fn every_key_of_a_shard_shares_its_hash_tag() {
         let keys = ShardKeys::new("dq", 3);
-        for key in [&keys.jobs, &keys.timeline, &keys.counts, &keys.topics, &keys.ready("t")] {
+        for key in [&keys.jobs, &keys.timeline, &keys.meta, &keys.ready("t")] {
             assert!(key.starts_with("{dq:3}:"), "{key}");
         }
         assert_eq!(keys.index, 3);

@@ -8,7 +8,8 @@
 //! - `{p:s}:d` ZSET, the timeline: each job's one pending instant (run_at while
 //!   delayed, ttl expiry while ready, ttr deadline while reserved);
 //! - `{p:s}:r:<topic>` ZSET, the ready queue: score `priority * 2^43 + run_at`;
-//! - `{p:s}:c` HASH of live counts per state and topic, `{p:s}:t` HASH of topic codes;
+//! - `{p:s}:m` HASH of live counts per state and topic, topic codes and the
+//!   shard's announced earliest instant;
 //! - `<prefix>:meta` HASH holding the shard count all nodes agree on.
 //!
 //! Every transition is one Lua script (`lua/`), atomic in Redis, so no
@@ -276,16 +277,16 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn stats(&self) -> QueueResult<Vec<TopicStats>> {
-        let counts = try_join_all(self.engine.shards.iter().map(|shard| self.engine.counts(shard))).await?;
+        let metas = try_join_all(self.engine.shards.iter().map(|shard| self.engine.meta(shard))).await?;
         let mut per_topic: std::collections::BTreeMap<String, [u64; 3]> = std::collections::BTreeMap::new();
-        for (field, count) in counts.into_iter().flatten() {
+        for (field, count) in metas.into_iter().flatten() {
             let slot = match field.as_bytes().first() {
                 Some(b'd') => 0,
                 Some(b'r') => 1,
                 Some(b'x') => 2,
                 _ => continue,
             };
-            per_topic.entry(field[1..].to_owned()).or_default()[slot] += u64::try_from(count).unwrap_or(0);
+            per_topic.entry(field[1..].to_owned()).or_default()[slot] += count.parse::<u64>().unwrap_or(0);
         }
         Ok(per_topic
             .into_iter()

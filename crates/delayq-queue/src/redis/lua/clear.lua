@@ -1,11 +1,11 @@
 -- clear.lua: removes every job of one shard; returns how many there were.
--- KEYS: the common four (lib.lua).
-local fields = redis.call('HKEYS', C)
+-- KEYS: the common three (lib.lua).
+local fields = redis.call('HKEYS', M)
 for _, field in ipairs(fields) do
   if sub(field, 1, 1) == 'r' then
     redis.call('DEL', BASE .. 'r:' .. sub(field, 2))
   end
 end
 local held = redis.call('HLEN', J)
-redis.call('DEL', J, D, C, T)
+redis.call('DEL', J, D, M)
 return held

@@ -1,5 +1,5 @@
 -- get.lua: reads one job and its topic name.
--- KEYS: the common four (lib.lua).
+-- KEYS: the common three (lib.lua).
 -- ARGV[5] id
 -- Returns: { topic, record } | nil
 local rec = redis.call('HGET', KEYS[1], ARGV[5])

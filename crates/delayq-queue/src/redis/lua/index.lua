@@ -17,20 +17,21 @@ end
 -- Signals gathered by this call, published (and returned) by done().
 local wake_due = false
 local readied, readied_list = {}, {}
--- The shard's earliest instant as this call knows it (nil: not read yet, false: none).
-local first_due = nil
+-- The shard's announced earliest instant, @next (nil: not read yet, false: none).
+local announced_due = nil
 
--- Puts an instant on the timeline; remembers it when it is sooner than the
--- shard's earliest. (If the call removed that earliest entry, the timer still
--- wakes for it and then learns the next one, so nothing is missed.)
+-- Puts an instant on the timeline; announces it (a wake) when it is sooner
+-- than the announced earliest. Timers know at least the announced instant,
+-- so they wake in time for anything later; @next only errs early (an entry
+-- removed since), which costs a timer round, never a late job.
 local function arm(id, at)
-  if first_due == nil then
-    local first = redis.call('ZRANGE', D, 0, 0, 'WITHSCORES')
-    first_due = first[2] and tonumber(first[2]) or false
+  if announced_due == nil then
+    local announced = redis.call('HGET', M, '@next')
+    announced_due = announced and tonumber(announced) or false
   end
   redis.call('ZADD', D, at, id)
-  if first_due == false or at < first_due then
-    first_due = at
+  if announced_due == false or at < announced_due then
+    announced_due = at
     wake_due = at
   end
 end
@@ -80,13 +81,14 @@ end
 local function done()
   for _, field in ipairs(count_fields) do
     local delta = count_deltas[field]
-    if delta ~= 0 and redis.call('HINCRBY', C, field, delta) <= 0 then
-      redis.call('HDEL', C, field)
+    if delta ~= 0 and redis.call('HINCRBY', M, field, delta) <= 0 then
+      redis.call('HDEL', M, field)
     end
   end
   local due = false
   if wake_due then
     due = string.format('%.0f', wake_due)
+    redis.call('HSET', M, '@next', due)
     redis.call('PUBLISH', PREFIX .. ':wake', ORIGIN .. ' ' .. due .. ' ' .. SHARD)
   end
   for _, topic in ipairs(readied_list) do

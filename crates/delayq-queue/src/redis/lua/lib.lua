@@ -7,8 +7,12 @@
 --   KEYS[1] {p:s}:j  HASH  job pool: field = encoded id, value = job record
 --   KEYS[2] {p:s}:d  ZSET  timeline: member = id, score = the job's one pending instant
 --                          (run_at when delayed, ttl expiry when ready, ttr deadline when reserved)
---   KEYS[3] {p:s}:c  HASH  live counts: field = state letter (d, r, x) .. topic
---   KEYS[4] {p:s}:t  HASH  topic codes: 'n' .. name -> code, 'c' .. code -> name, '#' -> last code
+--   KEYS[3] {p:s}:m  HASH  shard metadata, fields:
+--                          d|r|x .. topic   live count of the topic in state delay|ready|reserved
+--                          #n .. topic      the topic's code; #c .. code: its name; #last: last code
+--                          @next            the shard's earliest instant as last announced (set
+--                                           by promote, lowered by every instant that publishes a wake)
+--                          ('#' and '@' are outside the topic charset, so fields never collide)
 -- Ready queues {p:s}:r:<topic> (ZSET, score = priority * 2^43 + run_at) are derived from KEYS[1]
 -- and share its hash tag.
 -- Common ARGV:
@@ -32,7 +36,7 @@
 --   tail            opaque to Lua: body, subtopic, biz_key, backoff, result
 -- Lua numbers are doubles: every value stays below 2^53.
 
-local J, D, C, T = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local J, D, M = KEYS[1], KEYS[2], KEYS[3]
 local BASE = string.sub(J, 1, -2)
 local ORIGIN = ARGV[1]
 local NOW = tonumber(ARGV[2])

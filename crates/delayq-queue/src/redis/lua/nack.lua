@@ -1,6 +1,6 @@
 -- nack.lua: gives a reserved job back: waiting again after a delay with attempt + 1,
 -- or dead (removed) when it has no retries left (attempt - 1 >= max_retries).
--- KEYS: the common four (lib.lua).
+-- KEYS: the common three (lib.lua).
 -- ARGV[5] id, ARGV[6] delay ms
 -- Returns: { 'ok', topic, record, state after (0 delay, 1 ready, 5 dead), wake due or nil,
 --            {readied topics} } | { 'nf' } | { 'ws', state }

@@ -3,7 +3,7 @@
 --   reserved -> ready with attempt + 1 and run_at = the ttr deadline, or dead (removed)
 --               when out of retries (attempt - 1 >= max_retries)
 --   ready    -> expired (removed): its ttl passed unpopped
--- KEYS: the common four (lib.lua).
+-- KEYS: the common three (lib.lua).
 -- ARGV[5] the most entries to apply (0: only report the next due instant)
 -- Returns: { {id, topic, record, state after, ...}, next due instant or nil,
 --            wake due or nil, {readied topics} }
@@ -47,7 +47,13 @@ if limit > 0 then
     end
   end
 end
+local wake, topics = done()
+-- The timer learns the shard's earliest instant from this reply: announce it.
 local first = redis.call('ZRANGE', D, 0, 0, 'WITHSCORES')
 local next_due = first[2] or false
-local wake, topics = done()
+if next_due then
+  redis.call('HSET', M, '@next', next_due)
+else
+  redis.call('HDEL', M, '@next')
+end
 return { changed, next_due, wake, topics }

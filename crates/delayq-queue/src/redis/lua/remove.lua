@@ -1,5 +1,5 @@
 -- remove.lua: ends a live job (finish: only a reserved one; delete: any).
--- KEYS: the common four (lib.lua).
+-- KEYS: the common three (lib.lua).
 -- ARGV[5] id, ARGV[6] 'finish' | 'delete'
 -- Returns: { 'ok', topic, record as it was } | { 'nf' } | { 'ws', state }
 local id = ARGV[5]

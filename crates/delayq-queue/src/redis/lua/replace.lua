@@ -1,5 +1,5 @@
 -- replace.lua: swaps a waiting (delay or ready) job for a new version with the same id.
--- KEYS: the common four (lib.lua).
+-- KEYS: the common three (lib.lua).
 -- ARGV[5] id, ARGV[6] topic, ARGV[7] record, ARGV[8] score, ARGV[9] expiry
 --   (as one job of schedule.lua)
 -- Returns: { 'ok', record, wake due or nil, {readied topics} } | { 'nf' } | { 'ws', state }

@@ -1,8 +1,8 @@
 -- reserve.lua: pops the most urgent ready jobs of one topic and reserves them until now + ttr.
--- KEYS: the common four (lib.lua), then KEYS[5] the topic's ready queue {p:s}:r:<topic>.
+-- KEYS: the common three (lib.lua), then KEYS[4] the topic's ready queue {p:s}:r:<topic>.
 -- ARGV[5] topic, ARGV[6] the most jobs to take
 -- Returns: { {id, record, id, record, ...}, ready jobs left, wake due or nil, {readied topics} }
-local R, topic = KEYS[5], ARGV[5]
+local R, topic = KEYS[4], ARGV[5]
 local out = {}
 local popped = redis.call('ZPOPMIN', R, tonumber(ARGV[6]))
 for i = 1, #popped, 2 do

@@ -1,5 +1,5 @@
 -- schedule.lua: adds jobs the shard does not hold yet (schedule, schedule_batch, restore).
--- KEYS: the common four (lib.lua).
+-- KEYS: the common three (lib.lua).
 -- ARGV[5..]: five per job:
 --   id       encoded id (the pool field)
 --   topic    topic name
@@ -8,6 +8,16 @@
 --   score    run_at when delayed; priority * 2^43 + run_at when ready
 --   expiry   run_at + ttl for a ready job with a ttl, else 0
 -- Returns: { {1 added | 0 already held, ...}, wake due or nil, {readied topics} }
+-- (The first job's topic code and @next are read in one HMGET: a single push costs
+-- four commands: HMGET, HSETNX, ZADD, HINCRBY.)
+-- One read for the first topic's code and the announced earliest instant.
+local first_topic = ARGV[6]
+local known = redis.call('HMGET', M, '#n' .. first_topic, '@next')
+if known[1] then
+  codes[first_topic] = tonumber(known[1])
+  names[codes[first_topic]] = first_topic
+end
+announced_due = known[2] and tonumber(known[2]) or false
 local added = {}
 for i = 5, #ARGV, 5 do
   local id, topic = ARGV[i], ARGV[i + 1]

@@ -6,7 +6,7 @@ local names, codes = {}, {}
 local function topic_name(code)
   local name = names[code]
   if not name then
-    name = redis.call('HGET', T, 'c' .. code)
+    name = redis.call('HGET', M, '#c' .. code)
     names[code] = name
   end
   return name
@@ -17,12 +17,12 @@ local function topic_code(name)
   if code then
     return code
   end
-  code = redis.call('HGET', T, 'n' .. name)
+  code = redis.call('HGET', M, '#n' .. name)
   if code then
     code = tonumber(code)
   else
-    code = redis.call('HINCRBY', T, '#', 1)
-    redis.call('HSET', T, 'n' .. name, code, 'c' .. code, name)
+    code = redis.call('HINCRBY', M, '#last', 1)
+    redis.call('HSET', M, '#n' .. name, code, '#c' .. code, name)
   end
   codes[name] = code
   names[code] = name

@@ -1,6 +1,6 @@
 -- touch.lua: restarts the ttr clock of a reserved job (the deadline only moves later,
 -- so the timer needs no wakeup).
--- KEYS: the common four (lib.lua).
+-- KEYS: the common three (lib.lua).
 -- ARGV[5] id
 -- Returns: { 'ok', topic, record } | { 'nf' } | { 'ws', state }
 local id = ARGV[5]
