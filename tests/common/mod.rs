@@ -14,6 +14,8 @@ use tokio::process::{Child, Command};
 pub struct Server {
     child: Child,
     pub base_url: String,
+    /// The gRPC address (`host:port`), or `off`.
+    pub grpc_addr: String,
     pub data_dir: PathBuf,
     log_path: PathBuf,
 }
@@ -49,15 +51,25 @@ impl Server {
             .strip_prefix("delayq listening http=")
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-        assert!(line.contains(" grpc="), "the listening line names the grpc address: {line}");
+        let grpc_addr = line
+            .split_once(" grpc=")
+            .map(|(_, rest)| rest.trim().to_owned())
+            .unwrap_or_else(|| panic!("the listening line names the grpc address: {line}"));
         // Keep draining stdout so the server never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Server { child, base_url: format!("http://{http}"), data_dir: data_dir.to_owned(), log_path }
+        Server { child, base_url: format!("http://{http}"), grpc_addr, data_dir: data_dir.to_owned(), log_path }
     }
 
     /// Returns the process id.
     pub fn pid(&self) -> u32 {
         self.child.id().expect("running")
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().to_string();
+        let sent = std::process::Command::new("kill").args([&format!("-{signal}"), &pid]).status().expect("kill");
+        assert!(sent.success(), "kill -{signal} {pid}");
     }
 
     /// Kills the process with SIGKILL and waits for it.
@@ -106,6 +118,12 @@ pub struct Client {
 impl Client {
     pub fn new(base_url: &str) -> Client {
         let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("client");
+        Client { http, base_url: base_url.to_owned() }
+    }
+
+    /// A client whose every request gives up after `timeout` (for servers that may be frozen).
+    pub fn with_timeout(base_url: &str, timeout: Duration) -> Client {
+        let http = reqwest::Client::builder().pool_max_idle_per_host(64).timeout(timeout).build().expect("client");
         Client { http, base_url: base_url.to_owned() }
     }
 
