@@ -8,12 +8,17 @@
 //! - [`scheduler`]: the [`Scheduler`] trait every backend implements.
 //! - [`memory`]: the in-process backend.
 //! - [`timer`]: the loop that promotes due jobs.
+//! - [`recovery`]: the leader's loop that restores a scheduler that lost its
+//!   data and reconciles it with the store.
+//! - [`failpoint`]: crash points for tests (debug builds only).
 //! - [`metrics`]: the metric names.
 //! - `testsuite` (feature `testsuite`): the conformance suite every backend runs.
 
 pub mod error;
+pub mod failpoint;
 pub mod memory;
 pub mod metrics;
+pub mod recovery;
 pub mod redis;
 pub mod scheduler;
 pub mod service;
@@ -23,6 +28,7 @@ pub mod timer;
 
 pub use error::{QueueError, QueueResult};
 pub use memory::MemoryScheduler;
+pub use recovery::{run_recovery, RecoveryOptions};
 pub use redis::{RedisScheduler, RedisSchedulerOptions};
 pub use scheduler::{Promotion, Scheduler, TopicStats};
 pub use service::{DelayQueue, JobDetails, JobPage, Pushed, QueueSettings, QueueStats};

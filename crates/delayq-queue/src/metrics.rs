@@ -17,6 +17,13 @@ pub const DELETES: &str = "delayq_deletes_total";
 pub const TRANSITIONS: &str = "delayq_timer_transitions_total";
 /// Jobs put back into the scheduler from the store.
 pub const RESTORED: &str = "delayq_restored_jobs_total";
+/// Times the leader found that the scheduler had lost its data (Redis restarted
+/// empty, flushed, failed over to an empty replica) and restored it from the store.
+pub const DATA_LOSSES: &str = "delayq_scheduler_data_losses_total";
+/// Reconciliation runs that compared the store with the scheduler.
+pub const RECONCILIATIONS: &str = "delayq_reconciliations_total";
+/// Live jobs of the store that reconciliation found missing from the scheduler and put back.
+pub const RECONCILED: &str = "delayq_reconciled_jobs_total";
 /// Seconds between a job's due time and its delivery.
 pub const LATENESS: &str = "delayq_delivery_lateness_seconds";
 
@@ -52,4 +59,21 @@ pub(crate) fn record_promotion(changed: &[Job]) {
             metrics::counter!(TRANSITIONS, "state" => state.as_str()).increment(count);
         }
     }
+}
+
+pub(crate) fn record_data_loss() {
+    metrics::counter!(DATA_LOSSES).increment(1);
+}
+
+pub(crate) fn record_reconciliation(repaired: u64) {
+    metrics::counter!(RECONCILIATIONS).increment(1);
+    metrics::counter!(RECONCILED).increment(repaired);
+}
+
+/// Makes the recovery counters visible (at zero) before anything happened.
+pub(crate) fn register_recovery() {
+    metrics::counter!(DATA_LOSSES).increment(0);
+    metrics::counter!(RECONCILIATIONS).increment(0);
+    metrics::counter!(RECONCILED).increment(0);
+    metrics::counter!(RESTORED).increment(0);
 }

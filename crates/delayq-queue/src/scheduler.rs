@@ -71,8 +71,40 @@ pub trait Scheduler: Send + Sync + 'static {
 
     /// Adds a job from the store unless the scheduler already holds it; returns whether it was added.
     ///
-    /// A job stored as `reserved` comes back `ready` (its consumer's reservation is not known).
+    /// Ended jobs are never added. A job stored as `reserved` comes back `reserved`
+    /// until its ttr deadline ([`reservation_deadline`]): its consumer may still be
+    /// working on it, and it is redelivered (or dead) only when that deadline passes.
     async fn restore(&self, job: &Job) -> QueueResult<bool>;
+
+    /// Restores several jobs, each as [`Scheduler::restore`] does; returns whether each was added.
+    ///
+    /// # Errors
+    /// The whole call fails when the backend does (some jobs may have been added:
+    /// restoring again is harmless).
+    async fn restore_batch(&self, jobs: &[Job]) -> QueueResult<Vec<bool>> {
+        let mut added = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            added.push(self.restore(job).await?);
+        }
+        Ok(added)
+    }
+
+    /// Returns whether the scheduler's state lives outside this process (a server
+    /// that can restart empty, be flushed or fail over). Such a scheduler is
+    /// watched by the leader ([`crate::recovery`]) and reconciled with the store.
+    fn is_external(&self) -> bool {
+        false
+    }
+
+    /// Returns `false` when the scheduler lost its data since the previous call
+    /// (or was never checked before), `true` when it kept it; marks it so the next
+    /// call answers `true` until the data is lost again.
+    ///
+    /// A backend living in this process keeps its data for as long as the process
+    /// runs and always answers `true`.
+    async fn check_intact(&self) -> QueueResult<bool> {
+        Ok(true)
+    }
 
     /// Replaces a waiting (`delay` or `ready`) job atomically; returns the job as scheduled.
     ///
@@ -129,4 +161,10 @@ pub fn waiting_state(run_at: Timestamp, now: Timestamp) -> JobState {
     } else {
         JobState::Delay
     }
+}
+
+/// Returns when a job stored as `reserved` is redelivered if nobody finishes it:
+/// its ttr after the reservation (`updated_at + ttr`); `None` for other states.
+pub fn reservation_deadline(job: &Job) -> Option<Timestamp> {
+    (job.state == JobState::Reserved).then(|| job.updated_at.plus(job.ttr))
 }

@@ -3,8 +3,17 @@
 //!
 //! Write order: anything a client is told succeeded is committed to the
 //! store first and applied to the scheduler second. A crash between the two
-//! leaves the store ahead of the scheduler, which restore repairs; never the
-//! other way round for an acknowledged write.
+//! leaves the store ahead of the scheduler, which restore (run by the leader's
+//! reconciliation, [`crate::recovery`]) repairs; never the other way round for
+//! an acknowledged write. Changes the scheduler makes by itself (promotion,
+//! ttr expiry, dead, expired) are journaled in order after it made them; a
+//! job they ended that the store still calls live is ended again by the
+//! scheduler when restore brings it back (it keeps its attempt and deadline).
+//!
+//! Restore never duplicates a job (the scheduler adds only jobs it does not
+//! hold) and never brings back a finished or deleted one: those are ended in
+//! the store first, and restore re-reads the store after adding jobs and
+//! takes out any that ended meanwhile.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +22,11 @@ use delayq_common::{
     InvalidField, Job, JobDefaults, JobId, JobState, Limits, PushRequest, RetryPolicy, Snowflake, Timestamp, Topic,
 };
 use delayq_store::{JobStore, ListCursor, LogEntry, StateChange, StateCount};
+use tokio::sync::RwLock;
 use tracing::{info, instrument, warn};
 
 use crate::error::{QueueError, QueueResult};
+use crate::failpoint;
 use crate::metrics as queue_metrics;
 use crate::scheduler::{Promotion, Scheduler, TopicStats};
 
@@ -99,6 +110,10 @@ pub struct DelayQueue {
     store: Arc<dyn JobStore>,
     ids: Snowflake,
     settings: QueueSettings,
+    /// Held (shared) by a timer round from the scheduler call until its
+    /// changes are handed to the journal; restore takes it exclusively so that
+    /// every change it may have observed in the scheduler is journaled first.
+    promotions: RwLock<()>,
 }
 
 impl DelayQueue {
@@ -109,7 +124,7 @@ impl DelayQueue {
         ids: Snowflake,
         settings: QueueSettings,
     ) -> DelayQueue {
-        DelayQueue { scheduler, store, ids, settings }
+        DelayQueue { scheduler, store, ids, settings, promotions: RwLock::new(()) }
     }
 
     /// Returns the configured settings.
@@ -144,7 +159,12 @@ impl DelayQueue {
         if let Some(Err(refused)) = outcomes.pop() {
             return Err(refused.into());
         }
-        self.scheduler.schedule(&job).await?;
+        failpoint::crash_if_armed(failpoint::PUSH_AFTER_STORE);
+        match self.scheduler.schedule(&job).await {
+            // Restore found it in the store and scheduled it first.
+            Ok(()) | Err(QueueError::Conflict(_)) => {}
+            Err(error) => return Err(error),
+        }
         queue_metrics::record_pushes(1);
         Ok(pushed)
     }
@@ -199,11 +219,13 @@ impl DelayQueue {
                 Err(refused) => outcomes[slot] = Err(refused.into()),
             }
         }
+        failpoint::crash_if_armed(failpoint::PUSH_AFTER_STORE);
         let scheduled = self.scheduler.schedule_batch(&accepted).await?;
         let mut pushed = 0;
         for (slot, outcome) in accepted_slots.into_iter().zip(scheduled) {
             match outcome {
-                Ok(()) => pushed += 1,
+                // A conflict: restore found it in the store and scheduled it first.
+                Ok(()) | Err(QueueError::Conflict(_)) => pushed += 1,
                 Err(error) => outcomes[slot] = Err(error),
             }
         }
@@ -230,7 +252,7 @@ impl DelayQueue {
     /// Acknowledges a reserved job, storing the consumer's result.
     #[instrument(skip(self, result))]
     pub async fn finish(&self, id: &JobId, result: Option<String>) -> QueueResult<Job> {
-        let mut job = self.live_job(id).await?;
+        let (mut job, _held) = self.live_job_or_stored(id).await?;
         require_reserved(&job)?;
         let now = Timestamp::now();
         job.state = JobState::Finished;
@@ -251,7 +273,7 @@ impl DelayQueue {
     /// Gives a reserved job back for a retry after `delay` (or its backoff).
     #[instrument(skip(self))]
     pub async fn nack(&self, id: &JobId, delay: Option<Duration>) -> QueueResult<Job> {
-        let job = self.live_job(id).await?;
+        let (job, held) = self.live_job_or_stored(id).await?;
         require_reserved(&job)?;
         let delay = delay.unwrap_or_else(|| job.backoff(&self.settings.retry));
         if delay > self.settings.limits.max_delay {
@@ -264,7 +286,15 @@ impl DelayQueue {
         let now = Timestamp::now();
         let expected = nacked(&job, delay, now);
         self.store.record(vec![StateChange::of(&expected, now)]).await?;
-        let nacked_job = self.scheduler.nack(id, delay).await?;
+        let nacked_job = if held {
+            self.scheduler.nack(id, delay).await?
+        } else if expected.state.is_terminal() || self.scheduler.restore(&expected).await? {
+            // The scheduler had lost it: it comes back as the store now has it.
+            expected
+        } else {
+            // Restore brought the reservation back meanwhile.
+            self.scheduler.nack(id, delay).await?
+        };
         queue_metrics::record_nack();
         Ok(nacked_job)
     }
@@ -340,32 +370,24 @@ impl DelayQueue {
     /// Schedules again every live job of the store; with `skip_overdue`, leaves out
     /// jobs whose due time has passed. Returns how many jobs are scheduled.
     ///
-    /// Idempotent: a job the scheduler already holds is left as it is.
+    /// Idempotent: a job the scheduler already holds is left as it is, and a job
+    /// that ends (finished, deleted) while restore runs is not brought back.
     #[instrument(skip(self))]
     pub async fn restore(&self, skip_overdue: bool) -> QueueResult<u64> {
-        let now = Timestamp::now();
-        let mut after: Option<JobId> = None;
-        let mut scheduled = 0u64;
-        let mut added = 0u64;
-        loop {
-            let page = self.store.live_jobs(after.as_ref(), self.settings.restore_batch).await?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.id.clone());
-            for job in &page {
-                if skip_overdue && job.run_at < now {
-                    continue;
-                }
-                scheduled += 1;
-                if self.scheduler.restore(job).await? {
-                    added += 1;
-                }
-            }
+        let outcome = self.restore_from_store(skip_overdue).await?;
+        if outcome.added > 0 {
+            info!(scheduled = outcome.scheduled, added = outcome.added, "restored jobs from the store");
         }
-        if added > 0 {
-            info!(scheduled, added, "restored jobs from the store");
-            queue_metrics::record_restored(added);
-        }
-        Ok(scheduled)
+        Ok(outcome.scheduled)
+    }
+
+    /// Puts back every live job of the store that the scheduler does not hold
+    /// (the store is ahead after a crash between the two writes of an
+    /// operation, or after the scheduler lost data); returns how many.
+    #[instrument(skip(self))]
+    pub async fn reconcile(&self) -> QueueResult<u64> {
+        let outcome = self.restore_from_store(false).await?;
+        Ok(outcome.added)
     }
 
     /// Schedules one job again from the store.
@@ -377,9 +399,85 @@ impl DelayQueue {
             return Err(QueueError::WrongState { id: id.clone(), state: job.state });
         }
         if self.scheduler.restore(&job).await? {
-            queue_metrics::record_restored(1);
+            self.journal_barrier().await?;
+            match self.store.get(id).await? {
+                Some(now_stored) if now_stored.state.is_live() => queue_metrics::record_restored(1),
+                now_stored => {
+                    // It ended while it was being restored.
+                    self.forget_in_scheduler(id).await?;
+                    let state = now_stored.map_or(JobState::Deleted, |ended| ended.state);
+                    return Err(QueueError::WrongState { id: id.clone(), state });
+                }
+            }
         }
         Ok(job)
+    }
+
+    /// Walks the store's live jobs page by page and restores them.
+    async fn restore_from_store(&self, skip_overdue: bool) -> QueueResult<Restored> {
+        let now = Timestamp::now();
+        let batch = self.settings.restore_batch.max(1);
+        let mut after: Option<JobId> = None;
+        let mut outcome = Restored::default();
+        loop {
+            let page = self.store.live_jobs(after.as_ref(), batch).await?;
+            let Some(last) = page.last() else { break };
+            let next_after = last.id.clone();
+            let candidates: Vec<Job> = page.into_iter().filter(|job| !(skip_overdue && job.run_at < now)).collect();
+            outcome.scheduled += candidates.len() as u64;
+            let added_flags = self.scheduler.restore_batch(&candidates).await?;
+            let added: Vec<&Job> =
+                candidates.iter().zip(added_flags).filter_map(|(job, added)| added.then_some(job)).collect();
+            let ended = self.forget_ended(after.as_ref(), batch, &added).await?;
+            let kept = (added.len() - ended) as u64;
+            if kept > 0 {
+                queue_metrics::record_restored(kept);
+            }
+            outcome.added += kept;
+            after = Some(next_after);
+        }
+        Ok(outcome)
+    }
+
+    /// Takes out of the scheduler the `added` jobs (restored from the page of
+    /// live jobs after `after`) that the store no longer calls live; returns how many.
+    async fn forget_ended(&self, after: Option<&JobId>, batch: usize, added: &[&Job]) -> QueueResult<usize> {
+        if added.is_empty() {
+            return Ok(0);
+        }
+        self.journal_barrier().await?;
+        let again = self.store.live_jobs(after, batch).await?;
+        let whole_range = again.len() < batch;
+        let still_live: std::collections::HashSet<&JobId> = again.iter().map(|job| &job.id).collect();
+        let mut ended = 0;
+        for job in added {
+            if still_live.contains(&job.id) {
+                continue;
+            }
+            let live = if whole_range {
+                false
+            } else {
+                // The page moved on (new jobs in the range): ask for this one.
+                self.store.get(&job.id).await?.is_some_and(|stored| stored.state.is_live())
+            };
+            if !live {
+                self.forget_in_scheduler(&job.id).await?;
+                ended += 1;
+            }
+        }
+        if ended > 0 {
+            info!(ended, "jobs that ended during restore were taken out again");
+        }
+        Ok(ended)
+    }
+
+    /// Waits until every scheduler change this process may have observed is
+    /// committed to the store: timer rounds in flight have handed their changes
+    /// to the journal, and the journal is flushed.
+    async fn journal_barrier(&self) -> QueueResult<()> {
+        drop(self.promotions.write().await);
+        self.store.flush().await?;
+        Ok(())
     }
 
     /// Deletes every live job; returns how many there were.
@@ -393,6 +491,7 @@ impl DelayQueue {
 
     /// Runs one timer round at `now` and journals what changed.
     pub async fn promote_due(&self, now: Timestamp) -> QueueResult<Promotion> {
+        let _promoting = self.promotions.read().await;
         let promotion = self.scheduler.promote_due(now, self.settings.promote_batch).await?;
         if !promotion.changed.is_empty() {
             queue_metrics::record_promotion(&promotion.changed);
@@ -406,6 +505,12 @@ impl DelayQueue {
         let live = self.scheduler.stats().await?;
         let stored = self.store.counts().await?;
         Ok(QueueStats { live, stored, scheduler: self.scheduler.backend(), store: self.store.backend() })
+    }
+
+    /// Returns the topics that have ready jobs (the forwarder's work list).
+    pub async fn ready_topics(&self) -> QueueResult<Vec<Topic>> {
+        let live = self.scheduler.stats().await?;
+        Ok(live.into_iter().filter(|topic| topic.ready > 0).map(|topic| topic.topic).collect())
     }
 
     /// Checks each backend; returns the name and outcome of each.
@@ -455,8 +560,18 @@ impl DelayQueue {
         Ok(Pushed { id: scheduled.id, run_at: scheduled.run_at })
     }
 
-    async fn live_job(&self, id: &JobId) -> QueueResult<Job> {
-        self.scheduler.get(id).await?.ok_or_else(|| QueueError::NotFound(id.clone()))
+    /// Returns the live job and whether the scheduler holds it. A job the
+    /// scheduler lost (restart, outage) is answered from the store, after the
+    /// journal is flushed so that this node's pops are in it.
+    async fn live_job_or_stored(&self, id: &JobId) -> QueueResult<(Job, bool)> {
+        if let Some(job) = self.scheduler.get(id).await? {
+            return Ok((job, true));
+        }
+        self.store.flush().await?;
+        match self.store.get(id).await? {
+            Some(job) if job.state.is_live() => Ok((job, false)),
+            _ => Err(QueueError::NotFound(id.clone())),
+        }
     }
 
     async fn forget_in_scheduler(&self, id: &JobId) -> QueueResult<()> {
@@ -465,6 +580,15 @@ impl DelayQueue {
             Err(error) => Err(error),
         }
     }
+}
+
+/// What one walk over the store's live jobs did.
+#[derive(Default)]
+struct Restored {
+    /// Live jobs considered (the `restored` count of `/reStore`).
+    scheduled: u64,
+    /// Jobs the scheduler did not hold and now does.
+    added: u64,
 }
 
 fn require_reserved(job: &Job) -> QueueResult<()> {

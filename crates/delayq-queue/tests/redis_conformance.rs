@@ -426,3 +426,32 @@ async fn measure_lateness() {
     );
     assert_eq!(late.len() as u64, JOBS);
 }
+
+/// A FLUSHALL (or a restart without persistence) is reported by `check_intact`
+/// exactly once, and `clear` is not mistaken for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_lost_data() {
+    let Some(server) = RedisProcess::start(None) else { return };
+    let scheduler = connect(&server.url(), "loss").await;
+    assert!(!scheduler.check_intact().await.expect("check"), "a never-marked redis counts as lost");
+    assert!(scheduler.check_intact().await.expect("check"), "marked by the first check");
+    let queue = topic("loss");
+    scheduler.schedule(&job("1", &queue, Timestamp::now(), 10)).await.expect("schedule");
+    scheduler.clear().await.expect("clear");
+    assert!(scheduler.check_intact().await.expect("check"), "clear keeps the marks");
+
+    let flushed = Command::new("redis-cli").args(["-p", &server.port.to_string(), "flushall"]).status();
+    assert!(flushed.expect("redis-cli").success());
+    // Something arrives before the check: the shards it created carry no mark.
+    scheduler.schedule(&job("2", &queue, Timestamp::now(), 10)).await.expect("schedule");
+    assert!(!scheduler.check_intact().await.expect("check"), "FLUSHALL is noticed");
+    assert!(scheduler.check_intact().await.expect("check"), "and reported once");
+
+    // A restored reserved job keeps its reservation until its ttr deadline.
+    let mut reserved = job("3", &queue, Timestamp::now(), 10);
+    reserved.state = JobState::Reserved;
+    reserved.ttr = Duration::from_secs(30);
+    assert!(scheduler.restore(&reserved).await.expect("restore"));
+    let held = scheduler.get(&reserved.id).await.expect("get").expect("held");
+    assert_eq!(held.state, JobState::Reserved);
+}

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 use super::topic::TopicQueue;
 use crate::error::{QueueError, QueueResult};
-use crate::scheduler::{waiting_state, Promotion, TopicStats};
+use crate::scheduler::{reservation_deadline, waiting_state, Promotion, TopicStats};
 
 /// Where a job sits in the slab.
 pub(super) type Slot = usize;
@@ -95,15 +95,18 @@ impl Engine {
         Ok(())
     }
 
-    /// Adds a job unless one with its id is held; a reserved job comes back ready.
-    /// Ended jobs are never added.
+    /// Adds a job unless one with its id is held; a reserved job stays reserved
+    /// until its ttr deadline. Ended jobs are never added.
     pub(super) fn restore(&mut self, job: &Job, now: Timestamp) -> bool {
         if self.by_id.contains_key(&job.id) || job.state.is_terminal() {
             return false;
         }
+        let deadline = reservation_deadline(job);
         let mut job = job.clone();
-        job.state = waiting_state(job.run_at, now);
-        self.insert(job);
+        if deadline.is_none() {
+            job.state = waiting_state(job.run_at, now);
+        }
+        self.insert_filed(job, deadline);
         true
     }
 
@@ -289,6 +292,11 @@ impl Engine {
 
     /// Adds a new live job (`delay` or `ready`) and files it.
     fn insert(&mut self, job: Job) {
+        self.insert_filed(job, None);
+    }
+
+    /// Adds a new live job and files it; `reserved_until` is the ttr deadline of a reserved one.
+    fn insert_filed(&mut self, job: Job, reserved_until: Option<Timestamp>) {
         let id = job.id.clone();
         let entry = Some(Entry { job, due: None, ready: None });
         let slot = match self.free.pop() {
@@ -302,7 +310,7 @@ impl Engine {
             }
         };
         self.by_id.insert(id, slot);
-        self.file(slot, None);
+        self.file(slot, reserved_until);
     }
 
     /// Takes the job out of the slab and every index; returns it as it was.

@@ -124,6 +124,11 @@ impl Scheduler for MemoryScheduler {
         Ok(self.with_engine(|engine| engine.restore(job, now)))
     }
 
+    async fn restore_batch(&self, jobs: &[Job]) -> QueueResult<Vec<bool>> {
+        let now = Timestamp::now();
+        Ok(self.with_engine(|engine| jobs.iter().map(|job| engine.restore(job, now)).collect()))
+    }
+
     async fn replace(&self, job: &Job) -> QueueResult<Job> {
         let now = Timestamp::now();
         self.with_engine(|engine| engine.replace(job, now))

@@ -27,7 +27,7 @@ const STATE_EXPIRED: u8 = 6;
 /// Ready queues order by `priority * 2^43 + run_at`, in ms (exact in a double).
 const PRIORITY_WEIGHT: u64 = 1 << 43;
 /// The largest integer Lua's doubles hold exactly; numbers are clamped to it.
-const LUA_MAX: u64 = (1 << 53) - 1;
+pub(super) const LUA_MAX: u64 = (1 << 53) - 1;
 
 const FLAG_SUBTOPIC: u8 = 1 << 5;
 const FLAG_BIZ_KEY: u8 = 1 << 6;

@@ -15,7 +15,7 @@ use super::notify::Signals;
 use super::reply::{self, Status};
 use super::scripts::Scripts;
 use crate::error::{QueueError, QueueResult};
-use crate::scheduler::waiting_state;
+use crate::scheduler::{reservation_deadline, waiting_state};
 
 /// Shared state of one Redis scheduler instance.
 pub(super) struct Engine {
@@ -29,6 +29,15 @@ pub(super) struct Engine {
     pub(super) signals: Arc<Signals>,
     /// Where the next cross-shard walk starts, so no shard is always last.
     rotation: AtomicUsize,
+}
+
+/// Where jobs handed to the schedule script come from.
+#[derive(Clone, Copy)]
+enum Arrival {
+    /// A push: the job waits for its due time.
+    New,
+    /// The store: a reserved job keeps its reservation.
+    Restored,
 }
 
 /// What `finish` and `delete` require of the job.
@@ -61,10 +70,25 @@ impl Engine {
 
     /// Adds jobs of one shard that it does not hold; returns whether each was added.
     pub(super) async fn schedule(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp) -> QueueResult<Vec<bool>> {
+        self.add(shard, jobs, now, Arrival::New).await
+    }
+
+    /// Adds jobs of one shard from the store unless it holds them (a reserved
+    /// one stays reserved until its ttr deadline); returns whether each was added.
+    pub(super) async fn restore(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp) -> QueueResult<Vec<bool>> {
+        self.add(shard, jobs, now, Arrival::Restored).await
+    }
+
+    async fn add(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp, arrival: Arrival) -> QueueResult<Vec<bool>> {
         let mut invocation = self.invocation(&self.scripts.schedule, shard, now);
         let mut record = Vec::with_capacity(160);
         for job in jobs {
-            push_job_args(&mut invocation, job, now, &mut record);
+            match (arrival, reservation_deadline(job)) {
+                (Arrival::Restored, Some(deadline)) => {
+                    push_reserved_job_args(&mut invocation, job, deadline, &mut record)
+                }
+                _ => push_job_args(&mut invocation, job, now, &mut record),
+            }
         }
         let reply = self.run(&invocation).await?;
         let parse = || -> Result<Vec<bool>, CodecError> {
@@ -198,6 +222,14 @@ impl Engine {
         Ok(u64::try_from(cleared).unwrap_or(0))
     }
 
+    /// Returns whether a shard carries the data `epoch`, marking it with it when not.
+    pub(super) async fn mark(&self, shard: &ShardKeys, epoch: &str) -> QueueResult<bool> {
+        let mut invocation = self.scripts.mark.prepare_invoke();
+        invocation.key(&shard.meta).arg(epoch);
+        let reply = self.run(&invocation).await?;
+        Ok(reply::int(&reply).map_err(unavailable)? == 1)
+    }
+
     /// Returns the metadata fields of one shard; live counts are `(state letter + topic, count)`.
     pub(super) async fn meta(&self, shard: &ShardKeys) -> QueueResult<Vec<(String, String)>> {
         self.connection.query(redis::cmd("HGETALL").arg(&shard.meta), self.timeout).await
@@ -275,4 +307,13 @@ fn push_job_args(invocation: &mut ScriptInvocation<'_>, job: &Job, now: Timestam
         _ => (codec::due_millis(job), 0),
     };
     invocation.arg(keys::encode_id(&job.id)).arg(job.topic.as_str()).arg(record.as_slice()).arg(score).arg(expiry);
+}
+
+/// Appends a job restored in state `reserved` as schedule.lua reads it: its
+/// timeline entry is the ttr deadline.
+fn push_reserved_job_args(invocation: &mut ScriptInvocation<'_>, job: &Job, deadline: Timestamp, record: &mut Vec<u8>) {
+    record.clear();
+    codec::encode_record(job, JobState::Reserved, record);
+    let score = deadline.as_millis().min(codec::LUA_MAX);
+    invocation.arg(keys::encode_id(&job.id)).arg(job.topic.as_str()).arg(record.as_slice()).arg(score).arg(0);
 }

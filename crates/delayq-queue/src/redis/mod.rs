@@ -8,9 +8,11 @@
 //! - `{p:s}:d` ZSET, the timeline: each job's one pending instant (run_at while
 //!   delayed, ttl expiry while ready, ttr deadline while reserved);
 //! - `{p:s}:r:<topic>` ZSET, the ready queue: score `priority * 2^43 + run_at`;
-//! - `{p:s}:m` HASH of live counts per state and topic, topic codes and the
-//!   shard's announced earliest instant;
-//! - `<prefix>:meta` HASH holding the shard count all nodes agree on.
+//! - `{p:s}:m` HASH of live counts per state and topic, topic codes, the
+//!   shard's announced earliest instant and its data-epoch marker;
+//! - `<prefix>:meta` HASH holding the shard count all nodes agree on and the
+//!   data epoch: a shard without the epoch's marker has lost its data
+//!   ([`Scheduler::check_intact`]), which the leader repairs from the store.
 //!
 //! Every transition is one Lua script (`lua/`), atomic in Redis, so no
 //! interleaving of nodes or clients loses, duplicates or resurrects a job.
@@ -201,12 +203,54 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn restore(&self, job: &Job) -> QueueResult<bool> {
-        if job.state.is_terminal() {
-            return Ok(false);
+        Ok(self.restore_batch(std::slice::from_ref(job)).await?.first() == Some(&true))
+    }
+
+    async fn restore_batch(&self, jobs: &[Job]) -> QueueResult<Vec<bool>> {
+        let now = Timestamp::now();
+        let shards = self.engine.shards.len();
+        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
+        for (position, job) in jobs.iter().enumerate() {
+            if !job.state.is_terminal() {
+                by_shard[keys::shard_of(&job.id, shards)].push(position);
+            }
         }
-        let shard = self.engine.shard_of(&job.id);
-        let added = self.engine.schedule(shard, &[job], Timestamp::now()).await?;
-        Ok(added.first() == Some(&true))
+        let calls: Vec<(usize, &[usize])> = by_shard
+            .iter()
+            .enumerate()
+            .flat_map(|(shard, positions)| positions.chunks(SCHEDULE_CHUNK).map(move |chunk| (shard, chunk)))
+            .collect();
+        let replies = try_join_all(calls.iter().map(|&(shard, chunk)| {
+            let chunk_jobs: Vec<&Job> = chunk.iter().map(|&position| &jobs[position]).collect();
+            async move { self.engine.restore(&self.engine.shards[shard], &chunk_jobs, now).await }
+        }))
+        .await?;
+        let mut added = vec![false; jobs.len()];
+        for ((_, chunk), reply) in calls.iter().zip(replies) {
+            for (&position, was_added) in chunk.iter().zip(reply) {
+                added[position] = was_added;
+            }
+        }
+        Ok(added)
+    }
+
+    fn is_external(&self) -> bool {
+        true
+    }
+
+    /// Compares every shard's marker with the data epoch of `<prefix>:meta`
+    /// (created when missing, with the shard count): a missing epoch or an
+    /// unmarked shard means Redis lost that data.
+    async fn check_intact(&self) -> QueueResult<bool> {
+        let engine = &self.engine;
+        let meta = format!("{}:meta", engine.prefix);
+        let mut pipeline = redis::pipe();
+        pipeline.cmd("HSETNX").arg(&meta).arg("epoch").arg(origin_id());
+        pipeline.cmd("HSETNX").arg(&meta).arg("shards").arg(engine.shards.len()).ignore();
+        pipeline.cmd("HGET").arg(&meta).arg("epoch");
+        let (created, epoch): (bool, String) = engine.connection.query_pipeline(&pipeline, engine.timeout).await?;
+        let marked = try_join_all(engine.shards.iter().map(|shard| engine.mark(shard, &epoch))).await?;
+        Ok(!created && marked.into_iter().all(|kept| kept))
     }
 
     async fn replace(&self, job: &Job) -> QueueResult<Job> {

@@ -37,6 +37,8 @@ pub(super) struct Scripts {
     pub(super) promote: Script,
     /// Removes every job of a shard.
     pub(super) clear: Script,
+    /// Checks (and sets) a shard's data epoch.
+    pub(super) mark: Script,
 }
 
 impl Scripts {
@@ -52,6 +54,7 @@ impl Scripts {
             get: script!("get.lua", "varint.lua", "topics.lua"),
             promote: script!("promote.lua", "varint.lua", "record.lua", "topics.lua", "index.lua"),
             clear: script!("clear.lua"),
+            mark: Script::new(include_str!("lua/mark.lua")),
         }
     }
 }

@@ -45,8 +45,8 @@ pub use self::lifecycle::{
     check_nack_with_delay, check_touch_extends_ttr, check_ttl_expiry, check_ttr_redelivery,
 };
 pub use self::records::{
-    check_clear, check_replace, check_restore_is_idempotent, check_schedule_and_get, check_schedule_conflict,
-    check_stats,
+    check_clear, check_intact_while_data_kept, check_replace, check_restore_batch, check_restore_is_idempotent,
+    check_schedule_and_get, check_schedule_conflict, check_stats,
 };
 use crate::error::QueueResult;
 use crate::scheduler::{Promotion, Scheduler};
@@ -113,6 +113,8 @@ macro_rules! scheduler_conformance {
             check_delete_in_each_state,
             check_stats,
             check_restore_is_idempotent,
+            check_restore_batch,
+            check_intact_while_data_kept,
             check_replace,
         );
     };

@@ -4,9 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::{Job, JobState};
+use delayq_common::{Job, JobState, Timestamp};
 
-use super::{ago_ms, assert_not_found, assert_wrong_state, ids, in_ms, ms, ok, promote_past, state_of, Names};
+use super::{
+    ago_ms, assert_not_found, assert_wrong_state, ids, in_ms, ms, ok, promote, promote_past, reserve_until, state_of,
+    Names,
+};
 use crate::error::QueueError;
 use crate::scheduler::{Scheduler, TopicStats};
 
@@ -99,7 +102,8 @@ pub async fn check_stats(scheduler: Arc<dyn Scheduler>) {
 }
 
 /// `restore` adds a job once: again while it is held (in any state) it adds
-/// nothing and never duplicates it. A job stored as reserved comes back ready.
+/// nothing and never duplicates it. Ended jobs are never added. A job stored
+/// as reserved comes back reserved until its ttr deadline, then is redelivered.
 pub async fn check_restore_is_idempotent(scheduler: Arc<dyn Scheduler>) {
     let names = Names::new("restore");
     let topic = names.topic("q");
@@ -118,14 +122,68 @@ pub async fn check_restore_is_idempotent(scheduler: Arc<dyn Scheduler>) {
     let reserved = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
     assert!(reserved.is_empty(), "restore never duplicated it: {reserved:?}");
 
-    let mut was_reserved = names.job("was_reserved", &topic, ago_ms(5_000));
+    for ended in [JobState::Finished, JobState::Deleted, JobState::Dead, JobState::Expired] {
+        let mut job = names.job(&format!("ended-{ended}"), &topic, ago_ms(10));
+        job.state = ended;
+        assert!(!ok("restore", scheduler.restore(&job).await), "a {ended} job is never added");
+        assert_eq!(ok("get", scheduler.get(&job.id).await), None);
+    }
+
+    // Reserved 29.5 s ago with a 30 s ttr: its consumer has 500 ms left.
+    let mut was_reserved = names.job("was_reserved", &topic, ago_ms(40_000));
     was_reserved.state = JobState::Reserved;
     was_reserved.attempt = 3;
+    was_reserved.updated_at = ago_ms(29_500);
+    let deadline = was_reserved.updated_at.plus(was_reserved.ttr);
     assert!(ok("restore", scheduler.restore(&was_reserved).await));
     let back = ok("get", scheduler.get(&was_reserved.id).await);
-    assert_eq!(back.map(|job| (job.state, job.attempt)), Some((JobState::Ready, 3)), "back ready, same attempt");
-    let reserved = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
-    assert_eq!(reserved.iter().map(|job| (job.id.clone(), job.attempt)).collect::<Vec<_>>(), [(was_reserved.id, 3)]);
+    assert_eq!(back.map(|job| (job.state, job.attempt)), Some((JobState::Reserved, 3)), "still reserved");
+    promote(&*scheduler).await;
+    let early = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
+    if Timestamp::now() < deadline {
+        assert!(early.is_empty(), "not redelivered before its ttr deadline: {early:?}");
+    }
+    let again = reserve_until(&*scheduler, &topic, 1).await;
+    let (job, seen) = &again[0];
+    assert_eq!((job.id.clone(), job.attempt), (was_reserved.id.clone(), 4), "redelivered after the deadline");
+    assert!(*seen >= deadline, "redelivered at {seen:?}, before its deadline {deadline:?}");
+}
+
+/// `restore_batch` restores each job as `restore` does, in order, adding only
+/// those the scheduler does not hold.
+pub async fn check_restore_batch(scheduler: Arc<dyn Scheduler>) {
+    let names = Names::new("restore_batch");
+    let topic = names.topic("q");
+    let held = names.job("held", &topic, in_ms(60_000));
+    ok("schedule", scheduler.schedule(&held).await);
+    let mut finished = names.job("finished", &topic, ago_ms(10));
+    finished.state = JobState::Finished;
+    let mut jobs: Vec<Job> = (0..300).map(|index| names.job(&format!("j{index}"), &topic, in_ms(60_000))).collect();
+    jobs.insert(10, held.clone());
+    jobs.insert(20, finished.clone());
+    let added = ok("restore_batch", scheduler.restore_batch(&jobs).await);
+    assert_eq!(added.len(), jobs.len(), "one answer per job");
+    for (job, added) in jobs.iter().zip(&added) {
+        let expected = job.id != held.id && job.id != finished.id;
+        assert_eq!(*added, expected, "job {}", job.id);
+    }
+    assert_eq!(ok("get", scheduler.get(&finished.id).await), None, "an ended job is not added");
+    let again = ok("restore_batch", scheduler.restore_batch(&jobs).await);
+    assert!(again.iter().all(|added| !added), "a second restore adds nothing");
+    let stats = ok("stats", scheduler.stats().await);
+    let mine = stats.iter().find(|stats| stats.topic == topic).map(|stats| stats.delay);
+    assert_eq!(mine, Some(301), "each job held once");
+}
+
+/// `check_intact` answers `true` for as long as the scheduler keeps its data
+/// (after a first check, which may report a never-checked scheduler as lost).
+pub async fn check_intact_while_data_kept(scheduler: Arc<dyn Scheduler>) {
+    let names = Names::new("intact");
+    let topic = names.topic("q");
+    let _first = ok("check_intact", scheduler.check_intact().await);
+    assert!(ok("check_intact", scheduler.check_intact().await), "nothing was lost since the first check");
+    ok("schedule", scheduler.schedule(&names.job("a", &topic, in_ms(60_000))).await);
+    assert!(ok("check_intact", scheduler.check_intact().await), "a push is not a loss");
 }
 
 /// `replace` updates a waiting job in place (same id, one copy, old due time
@@ -185,8 +243,10 @@ pub async fn check_clear(scheduler: Arc<dyn Scheduler>) {
     assert_eq!(ok("reserve", scheduler.reserve(&topic, 1, Duration::ZERO).await).len(), 1);
     ok("schedule", scheduler.schedule(&ready).await);
 
+    let _first = ok("check_intact", scheduler.check_intact().await);
     let cleared = ok("clear", scheduler.clear().await);
     assert!(cleared >= 3, "cleared {cleared} jobs, this check alone added 3");
+    assert!(ok("check_intact", scheduler.check_intact().await), "clearing is not a loss of data");
     for job in [&delayed, &ready, &reserved] {
         assert_eq!(ok("get", scheduler.get(&job.id).await), None, "job {} is gone", job.id);
     }

@@ -7,5 +7,10 @@ for _, field in ipairs(fields) do
   end
 end
 local held = redis.call('HLEN', J)
+-- The data epoch stays: clearing is not a loss of data (mark.lua).
+local epoch = redis.call('HGET', M, '@epoch')
 redis.call('DEL', J, D, M)
+if epoch then
+  redis.call('HSET', M, '@epoch', epoch)
+end
 return held

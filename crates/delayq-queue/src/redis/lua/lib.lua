@@ -12,6 +12,8 @@
 --                          #n .. topic      the topic's code; #c .. code: its name; #last: last code
 --                          @next            the shard's earliest instant as last announced (set
 --                                           by promote, lowered by every instant that publishes a wake)
+--                          @epoch           the data epoch of <prefix>:meta the shard was marked
+--                                           with (mark.lua); its absence means the shard lost its data
 --                          ('#' and '@' are outside the topic charset, so fields never collide)
 -- Ready queues {p:s}:r:<topic> (ZSET, score = priority * 2^43 + run_at) are derived from KEYS[1]
 -- and share its hash tag.

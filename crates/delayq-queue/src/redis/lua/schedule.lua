@@ -3,9 +3,10 @@
 -- ARGV[5..]: five per job:
 --   id       encoded id (the pool field)
 --   topic    topic name
---   record   job record built without a topic code; its state (delay or ready) was
---            decided by the caller against ARGV[2]
---   score    run_at when delayed; priority * 2^43 + run_at when ready
+--   record   job record built without a topic code; its state (delay or ready, or
+--            reserved for a job restored from the store) was decided by the caller against ARGV[2]
+--   score    run_at when delayed; priority * 2^43 + run_at when ready; the ttr
+--            deadline when reserved
 --   expiry   run_at + ttl for a ready job with a ttl, else 0
 -- Returns: { {1 added | 0 already held, ...}, wake due or nil, {readied topics} }
 -- (The first job's topic code and @next are read in one HMGET: a single push costs
@@ -27,7 +28,7 @@ for i = 5, #ARGV, 5 do
   else
     local state = floor(byte(rec, 1) / 8) % 4
     count(state, topic, 1)
-    if state == DELAY then
+    if state == DELAY or state == RESERVED then
       arm(id, tonumber(ARGV[i + 3]))
     else
       enqueue_ready(id, topic, ARGV[i + 3], tonumber(ARGV[i + 4]))
