@@ -6,10 +6,13 @@
 //! Layout:
 //! - [`model`]: the config structs and their defaults.
 //! - [`load`]: layering and validation.
+//! - [`forward`]: the `[forward]` routes and their validation.
 
+pub mod forward;
 pub mod load;
 pub mod model;
 
+pub use forward::{ForwardConfig, RouteConfig};
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use model::{
     AuthConfig, Config, JobsConfig, LimitsConfig, SchedulerConfig, ServerConfig, StoreConfig, ZookeeperConfig,

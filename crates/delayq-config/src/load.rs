@@ -39,6 +39,16 @@ pub enum ConfigError {
         /// Why.
         reason: String,
     },
+    /// A forwarding route is malformed.
+    #[error("invalid configuration: forward.routes[{index}].{key} {reason}")]
+    InvalidRoute {
+        /// The route's position in `forward.routes`, from 0.
+        index: usize,
+        /// The key within the route (`sink`, `topics`, ...).
+        key: &'static str,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Config {
@@ -119,6 +129,13 @@ impl Config {
         }
         if self.jobs.retry_base_ms > self.jobs.retry_max_ms {
             return invalid("jobs.retry_base_ms", "must not exceed jobs.retry_max_ms".to_owned());
+        }
+        for (index, route) in self.forward.routes.iter().enumerate() {
+            route.validate().map_err(|problem| ConfigError::InvalidRoute {
+                index,
+                key: problem.key,
+                reason: problem.reason,
+            })?;
         }
         Ok(())
     }
@@ -201,6 +218,56 @@ mod tests {
         let figment = Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(example));
         let config = Config::from_figment(figment).expect("the example is valid");
         assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn forward_routes_load_from_the_file() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "delayq.toml",
+                r#"
+[[forward.routes]]
+topics = ["order.*", "payment.timeout"]
+sink = "rabbitmq"
+url = "amqp://guest:guest@127.0.0.1:5672/%2f"
+exchange = "delayq"
+routing_key = "{subtopic}"
+
+[[forward.routes]]
+topics = ["audit.*"]
+sink = "kafka"
+brokers = "127.0.0.1:9092"
+kafka_topic = "{topic}"
+
+[[forward.routes]]
+topics = ["hook.*"]
+sink = "webhook"
+url = "http://127.0.0.1:9000/due"
+"#,
+            )?;
+            let config = Config::load(Some(Path::new("delayq.toml"))).expect("the API.md example is valid");
+            let sinks: Vec<&str> = config.forward.routes.iter().map(|route| route.sink.as_str()).collect();
+            assert_eq!(sinks, ["rabbitmq", "kafka", "webhook"]);
+            assert_eq!(config.forward.routes[0].routing_key.as_deref(), Some("{subtopic}"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_routes_are_refused_by_name() {
+        Jail::expect_with(|jail| {
+            jail.create_file("unknown-type.toml", "[[forward.routes]]\ntopics = [\"a\"]\nsink = \"kafak\"\n")?;
+            let error = Config::load(Some(Path::new("unknown-type.toml"))).expect_err("unknown sink");
+            assert!(error.to_string().contains("forward.routes[0].sink"), "{error}");
+            assert!(error.to_string().contains("kafak"), "{error}");
+            jail.create_file(
+                "unknown-key.toml",
+                "[[forward.routes]]\ntopics = [\"a\"]\nsink = \"log\"\nqueue = \"q\"\n",
+            )?;
+            let error = Config::load(Some(Path::new("unknown-key.toml"))).expect_err("unknown key");
+            assert!(error.to_string().contains("queue"), "{error}");
+            Ok(())
+        });
     }
 
     #[test]

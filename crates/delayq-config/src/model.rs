@@ -7,6 +7,8 @@ use std::time::Duration;
 use delayq_common::{JobDefaults, Limits, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
+use crate::forward::ForwardConfig;
+
 /// The default REST listen address.
 pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
 /// The default gRPC listen address.
@@ -44,6 +46,8 @@ pub struct Config {
     pub jobs: JobsConfig,
     /// Bearer-token authentication.
     pub auth: AuthConfig,
+    /// Forwarding of due jobs to brokers and webhooks.
+    pub forward: ForwardConfig,
 }
 
 /// Listen addresses, data directory, node identity.

@@ -1,0 +1,176 @@
+//! The sink SPI: publish a batch of due jobs, learn per job whether the broker has it.
+
+use async_trait::async_trait;
+use delayq_common::Job;
+
+use crate::error::SinkError;
+
+/// The header carrying the job id; consumers dedupe on it.
+pub const HEADER_ID: &str = "delayq-id";
+/// The header carrying the job's topic.
+pub const HEADER_TOPIC: &str = "delayq-topic";
+/// The header carrying the delivery number, from 1.
+pub const HEADER_ATTEMPT: &str = "delayq-attempt";
+/// The header carrying the job's due time, epoch ms.
+pub const HEADER_RUN_AT: &str = "delayq-run-at";
+
+/// A destination for due jobs.
+///
+/// Contract every sink keeps:
+/// - [`Sink::publish`] returns one outcome per job, in the order given.
+/// - `Ok` means the broker (or endpoint) confirmed the job: it is durable
+///   there, and the forwarder finishes the job. Anything short of that is an
+///   error; an error after which the broker may hold the message anyway is
+///   [`SinkError::Unconfirmed`].
+/// - Every message carries the [`message_headers`]; its payload is the job's body
+///   (the webhook sink posts the whole job as JSON).
+/// - A broker that is down is an error per job, never a panic or a hang past
+///   the sink's timeout; the sink reconnects by itself.
+#[async_trait]
+pub trait Sink: Send + Sync + 'static {
+    /// Returns the sink type (`rabbitmq`, `kafka`, `webhook`, `log`).
+    fn kind(&self) -> &'static str;
+
+    /// Publishes the jobs; returns one outcome per job, in order.
+    async fn publish(&self, jobs: &[Job]) -> Vec<Result<(), SinkError>>;
+}
+
+/// Returns the `delayq-*` headers of a job's message.
+pub fn message_headers(job: &Job) -> [(&'static str, String); 4] {
+    [
+        (HEADER_ID, job.id.to_string()),
+        (HEADER_TOPIC, job.topic.to_string()),
+        (HEADER_ATTEMPT, job.attempt.to_string()),
+        (HEADER_RUN_AT, job.run_at.as_millis().to_string()),
+    ]
+}
+
+/// A destination name with `{topic}`, `{subtopic}` and `{id}` placeholders.
+///
+/// `{subtopic}` expands to the empty string for a job without one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Template {
+    parts: Vec<Part>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    Topic,
+    Subtopic,
+    Id,
+}
+
+impl Template {
+    /// Parses a template.
+    ///
+    /// # Errors
+    /// An unbalanced brace or an unknown placeholder, naming `field`.
+    pub fn parse(field: &'static str, template: &str) -> Result<Template, SinkError> {
+        let invalid = |reason: String| SinkError::Invalid { field, reason };
+        let mut parts = Vec::new();
+        let mut rest = template;
+        while let Some(open) = rest.find(['{', '}']) {
+            if rest[open..].starts_with('}') {
+                return Err(invalid(format!("{template:?} has a '}}' without '{{'")));
+            }
+            if open > 0 {
+                parts.push(Part::Literal(rest[..open].to_owned()));
+            }
+            let after = &rest[open + 1..];
+            let Some(close) = after.find('}') else {
+                return Err(invalid(format!("{template:?} has a '{{' without '}}'")));
+            };
+            parts.push(match &after[..close] {
+                "topic" => Part::Topic,
+                "subtopic" => Part::Subtopic,
+                "id" => Part::Id,
+                other => {
+                    return Err(invalid(format!(
+                        "{template:?} uses {{{other}}}; only {{topic}} {{subtopic}} {{id}} expand"
+                    )))
+                }
+            });
+            rest = &after[close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Literal(rest.to_owned()));
+        }
+        Ok(Template { parts })
+    }
+
+    /// Returns the template expanded for a job.
+    pub fn expand(&self, job: &Job) -> String {
+        let mut expanded = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => expanded.push_str(text),
+                Part::Topic => expanded.push_str(job.topic.as_str()),
+                Part::Subtopic => expanded.push_str(job.subtopic.as_deref().unwrap_or("")),
+                Part::Id => expanded.push_str(job.id.as_str()),
+            }
+        }
+        expanded
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    use delayq_common::{JobId, JobState, Timestamp, Topic};
+
+    use super::*;
+
+    pub(crate) fn job(id: &str, topic: &str, subtopic: Option<&str>) -> Job {
+        Job {
+            id: JobId::parse(id).unwrap(),
+            topic: Topic::parse(topic).unwrap(),
+            subtopic: subtopic.map(str::to_owned),
+            body: "payload".to_owned(),
+            biz_key: None,
+            create_time: Timestamp::from_millis(1_000),
+            delay: Duration::ZERO,
+            run_at: Timestamp::from_millis(2_000),
+            ttr: Duration::from_secs(30),
+            priority: 1,
+            max_retries: 3,
+            retry_backoff: Vec::new(),
+            ttl: Duration::ZERO,
+            attempt: 2,
+            state: JobState::Reserved,
+            result: None,
+            updated_at: Timestamp::from_millis(2_000),
+        }
+    }
+
+    #[test]
+    fn templates_expand_the_three_placeholders() {
+        let template = Template::parse("routing_key", "delayq.{topic}.{subtopic}.{id}!").unwrap();
+        assert_eq!(template.expand(&job("7", "order.close", Some("eu"))), "delayq.order.close.eu.7!");
+        assert_eq!(template.expand(&job("7", "order.close", None)), "delayq.order.close..7!");
+        assert_eq!(Template::parse("kafka_topic", "plain").unwrap().expand(&job("1", "t", None)), "plain");
+    }
+
+    #[test]
+    fn malformed_templates_name_their_field() {
+        for bad in ["{topic", "topic}", "{nope}", "{}"] {
+            let error = Template::parse("routing_key", bad).unwrap_err();
+            assert!(matches!(error, SinkError::Invalid { field: "routing_key", .. }), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn headers_carry_id_topic_attempt_and_due_time() {
+        let headers = message_headers(&job("42", "order.close", None));
+        assert_eq!(
+            headers,
+            [
+                ("delayq-id", "42".to_owned()),
+                ("delayq-topic", "order.close".to_owned()),
+                ("delayq-attempt", "2".to_owned()),
+                ("delayq-run-at", "2000".to_owned()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! The harness of the forwarder tests: a real `DelayQueue` (memory scheduler,
+//! SQLite store in a temp dir, timer running) with a forwarder over one route.
+
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use delayq_common::{JobId, JobState, Limits, PushRequest, Snowflake, TimeUnit, Timestamp};
+use delayq_forward::{run_forwarder, Route, RouteTable, Sink, TopicPattern};
+use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueSettings};
+use delayq_store::SqliteStore;
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Returns the value of a service variable, or `None` after printing why the
+/// test is skipped; with `DELAYQ_TEST_REQUIRE_SERVICES=1` a missing one fails.
+pub fn service(variable: &str) -> Option<String> {
+    match std::env::var(variable) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ => {
+            assert!(
+                std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "{variable} is not set but DELAYQ_TEST_REQUIRE_SERVICES=1"
+            );
+            println!("skipped: {variable} not set");
+            None
+        }
+    }
+}
+
+/// A name unique to this test run, for queues, exchanges and topics.
+pub fn unique_name(stem: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{stem}-{}-{}", std::process::id(), nanos)
+}
+
+/// One queue with its timer and a forwarder; both stop when it is dropped.
+pub struct Harness {
+    pub queue: Arc<DelayQueue>,
+    pub routes: Arc<RouteTable>,
+    cancel: CancellationToken,
+    forwarder: Option<JoinHandle<()>>,
+    _dir: TempDir,
+}
+
+impl Harness {
+    /// Starts a queue and a forwarder with one route taking `patterns` to `sink`.
+    pub async fn start(patterns: &[&str], sink: Arc<dyn Sink>, adjust: impl FnOnce(&mut Route)) -> Harness {
+        let patterns = patterns.iter().map(|pattern| TopicPattern::parse(pattern).unwrap()).collect();
+        let mut route = Route::new(patterns, sink, "test");
+        adjust(&mut route);
+        Harness::with_routes(RouteTable::new(vec![route])).await
+    }
+
+    pub async fn with_routes(routes: RouteTable) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_in(dir.path(), "forward-test".to_owned()).await.unwrap();
+        let queue = Arc::new(DelayQueue::new(
+            Arc::new(MemoryScheduler::new()),
+            Arc::new(store),
+            Snowflake::new(1),
+            QueueSettings::default(),
+        ));
+        let routes = Arc::new(routes);
+        let cancel = CancellationToken::new();
+        tokio::spawn(run_timer(queue.clone(), cancel.clone()));
+        let forwarder = tokio::spawn(run_forwarder(queue.clone(), routes.clone(), cancel.clone()));
+        Harness { queue, routes, cancel, forwarder: Some(forwarder), _dir: dir }
+    }
+
+    /// Returns the one route's counters.
+    pub fn route(&self) -> &Route {
+        &self.routes.routes()[0]
+    }
+
+    /// Pushes jobs given as JSON objects, in batches of 1000; returns their ids.
+    pub async fn push_all(&self, jobs: Vec<Value>) -> Vec<JobId> {
+        let mut ids = Vec::with_capacity(jobs.len());
+        for chunk in jobs.chunks(1000) {
+            let now = Timestamp::now();
+            let requests = chunk
+                .iter()
+                .map(|job| PushRequest::from_json(job, TimeUnit::Millis, &Limits::default(), now))
+                .collect();
+            for outcome in self.queue.push_batch(requests).await.unwrap() {
+                ids.push(outcome.unwrap().id);
+            }
+        }
+        ids
+    }
+
+    /// Returns the job's current state.
+    pub async fn state(&self, id: &JobId) -> JobState {
+        self.queue.get(id).await.unwrap().job.state
+    }
+
+    /// Stops the forwarder and waits until its batches have settled.
+    pub async fn stop(&mut self) {
+        self.cancel.cancel();
+        if let Some(forwarder) = self.forwarder.take() {
+            tokio::time::timeout(Duration::from_secs(30), forwarder).await.unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Polls `check` every 50 ms until it returns true or `limit` passes; returns whether it did.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

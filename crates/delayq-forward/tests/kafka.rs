@@ -1,0 +1,121 @@
+//! The Kafka sink and the forwarder against librdkafka's mock cluster:
+//! 10,000 due jobs arrive on the configured topic with the configured keys and
+//! the delayq-* headers.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use common::{eventually, unique_name, Harness};
+use delayq_forward::KafkaSink;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::mocking::MockCluster;
+use serde_json::json;
+
+/// A record as the test consumer saw it.
+struct Record {
+    key: String,
+    headers: HashMap<String, String>,
+    payload: String,
+}
+
+/// Reads records from `topic` until `count` distinct delayq-ids arrived or `limit` passed.
+fn consume(bootstrap: &str, topic: &str, count: usize, limit: Duration) -> Vec<Record> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", unique_name("delayq-test"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let start = Instant::now();
+    let mut records = Vec::new();
+    let mut distinct = std::collections::HashSet::new();
+    while distinct.len() < count && start.elapsed() < limit {
+        let Some(polled) = consumer.poll(Duration::from_millis(200)) else { continue };
+        let message = polled.unwrap();
+        let mut headers = HashMap::new();
+        if let Some(all) = message.headers() {
+            for header in all.iter() {
+                let value = header.value.map(|value| String::from_utf8_lossy(value).into_owned()).unwrap_or_default();
+                headers.insert(header.key.to_owned(), value);
+            }
+        }
+        let record = Record {
+            key: String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned(),
+            headers,
+            payload: String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned(),
+        };
+        distinct.insert(record.headers.get("delayq-id").cloned().unwrap_or_default());
+        records.push(record);
+    }
+    records
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_due_jobs_arrive_on_the_mock_cluster_with_their_keys() {
+    let cluster = MockCluster::new(3).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = "delayq-audit-due";
+    cluster.create_topic(topic, 4, 3).unwrap();
+
+    let mut properties = BTreeMap::new();
+    properties.insert("linger.ms".to_owned(), "5".to_owned());
+    let sink = KafkaSink::new(&bootstrap, "delayq-{topic}-due", &properties, Duration::from_secs(10)).unwrap();
+    let harness = Harness::start(&["audit"], std::sync::Arc::new(sink), |_| {}).await;
+    const JOBS: usize = 10_000;
+    let jobs = (0..JOBS)
+        .map(|i| {
+            // Every other job has a subtopic: it is the key; the others are keyed by id.
+            let subtopic = i.is_multiple_of(2).then(|| format!("customer-{}", i % 17));
+            json!({"topic": "audit", "subtopic": subtopic, "body": format!("job-{i}"), "delay": (i % 500)})
+        })
+        .collect();
+    let ids = harness.push_all(jobs).await;
+    let index_of: HashMap<String, usize> = ids.iter().enumerate().map(|(index, id)| (id.to_string(), index)).collect();
+
+    let consumer_bootstrap = bootstrap.clone();
+    let records = tokio::task::spawn_blocking(move || {
+        consume(&consumer_bootstrap, "delayq-audit-due", JOBS, Duration::from_secs(60))
+    })
+    .await
+    .unwrap();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for record in &records {
+        let id = &record.headers["delayq-id"];
+        let index = index_of[id];
+        assert_eq!(record.payload, format!("job-{index}"));
+        let expected_key = if index.is_multiple_of(2) { format!("customer-{}", index % 17) } else { id.clone() };
+        assert_eq!(record.key, expected_key, "the key is the subtopic, else the id");
+        assert_eq!(record.headers["delayq-topic"], "audit");
+        assert_eq!(record.headers["delayq-attempt"], "1");
+        assert!(record.headers["delayq-run-at"].parse::<u64>().is_ok());
+        *seen.entry(id.clone()).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), JOBS, "every job arrives");
+    let duplicates: usize = seen.values().map(|count| count - 1).sum();
+    let counters = harness.route().counters();
+    assert!(duplicates as u64 <= counters.unconfirmed() + counters.unfinished(), "duplicates are counted");
+    let all_finished = eventually(Duration::from_secs(10), || async {
+        harness.queue.stats().await.unwrap().live.iter().all(|topic| topic.delay + topic.ready + topic.reserved == 0)
+    })
+    .await;
+    assert!(all_finished, "every delivered job is finished");
+    assert!(counters.published() >= JOBS as u64);
+    drop(harness);
+    drop(cluster);
+}
+
+#[test]
+fn properties_delayq_sets_itself_cannot_be_overridden() {
+    let mut properties = BTreeMap::new();
+    properties.insert("acks".to_owned(), "1".to_owned());
+    let error = KafkaSink::new("127.0.0.1:9092", "{topic}", &properties, Duration::from_secs(1)).err().unwrap();
+    assert!(error.to_string().contains("acks"), "{error}");
+    let error = KafkaSink::new("127.0.0.1:9092", "{topik}", &BTreeMap::new(), Duration::from_secs(1)).err().unwrap();
+    assert!(error.to_string().contains("kafka_topic"), "{error}");
+}

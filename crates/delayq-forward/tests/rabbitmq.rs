@@ -1,0 +1,343 @@
+//! The RabbitMQ sink and the forwarder against the real broker
+//! (`DELAYQ_TEST_AMQP_URL`): 10,000 due jobs arrive once each with their
+//! headers; an outage cut with a TCP proxy loses nothing and finishes nothing
+//! unconfirmed; an unroutable (returned) message is a failure.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{eventually, service, unique_name, Harness};
+use delayq_common::{JobState, Timestamp};
+use delayq_forward::RabbitSink;
+use futures::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use serde_json::json;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{AbortHandle, JoinHandle};
+
+/// A message as the test consumer saw it.
+#[derive(Clone, Debug)]
+struct Arrival {
+    headers: HashMap<String, String>,
+    routing_key: String,
+    persistent: bool,
+    body: String,
+    at: Timestamp,
+}
+
+/// A connection of the test itself (declares, consumes, cleans up), straight to the broker.
+struct Broker {
+    _connection: Connection,
+    channel: Channel,
+}
+
+impl Broker {
+    async fn connect(url: &str) -> Broker {
+        let connection = Connection::connect(url, ConnectionProperties::default()).await.unwrap();
+        let channel = connection.create_channel().await.unwrap();
+        Broker { _connection: connection, channel }
+    }
+
+    /// Declares a queue the broker removes by itself two minutes after its last use,
+    /// so a failed test leaves nothing behind for long.
+    async fn declare_queue(&self, name: &str) {
+        let mut arguments = FieldTable::default();
+        arguments.insert("x-expires".into(), AMQPValue::LongInt(120_000));
+        self.channel.queue_declare(name.into(), QueueDeclareOptions::default(), arguments).await.unwrap();
+    }
+
+    async fn declare_exchange(&self, name: &str) {
+        let options = ExchangeDeclareOptions { auto_delete: true, ..ExchangeDeclareOptions::default() };
+        self.channel.exchange_declare(name.into(), ExchangeKind::Topic, options, FieldTable::default()).await.unwrap();
+    }
+
+    /// Consumes `queue` (auto-ack) into a shared list.
+    async fn consume(&self, queue: &str) -> (Arc<Mutex<Vec<Arrival>>>, JoinHandle<()>) {
+        let mut consumer = self
+            .channel
+            .basic_consume(
+                queue.into(),
+                ShortString::from(unique_name("consumer")),
+                BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
+        let sink = arrivals.clone();
+        let task = tokio::spawn(async move {
+            while let Some(Ok(delivery)) = consumer.next().await {
+                let headers = delivery
+                    .properties
+                    .headers()
+                    .as_ref()
+                    .map(|table| {
+                        table
+                            .inner()
+                            .iter()
+                            .map(|(key, value)| {
+                                let text = match value {
+                                    AMQPValue::LongString(text) => text.to_string(),
+                                    other => format!("{other:?}"),
+                                };
+                                (key.to_string(), text)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                sink.lock().unwrap().push(Arrival {
+                    headers,
+                    routing_key: delivery.routing_key.to_string(),
+                    persistent: *delivery.properties.delivery_mode() == Some(2),
+                    body: String::from_utf8_lossy(&delivery.data).into_owned(),
+                    at: Timestamp::now(),
+                });
+            }
+        });
+        (arrivals, task)
+    }
+
+    async fn delete_queue(&self, name: &str) {
+        let _ = self.channel.queue_delete(name.into(), QueueDeleteOptions::default()).await;
+    }
+
+    async fn delete_exchange(&self, name: &str) {
+        let _ = self.channel.exchange_delete(name.into(), ExchangeDeleteOptions::default()).await;
+    }
+}
+
+/// Counts the arrivals per delayq-id.
+fn arrivals_by_id(arrivals: &Mutex<Vec<Arrival>>) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for arrival in arrivals.lock().unwrap().iter() {
+        *counts.entry(arrival.headers.get("delayq-id").cloned().unwrap_or_default()).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_due_jobs_arrive_in_the_bound_queue_once_each_with_their_headers() {
+    let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
+    let broker = Broker::connect(&url).await;
+    let exchange = unique_name("delayq-fwd-x");
+    let queue = unique_name("delayq-fwd-q");
+    broker.declare_exchange(&exchange).await;
+    broker.declare_queue(&queue).await;
+    broker
+        .channel
+        .queue_bind(
+            queue.as_str().into(),
+            exchange.as_str().into(),
+            "due.#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let (arrivals, consumer) = broker.consume(&queue).await;
+
+    let sink = Arc::new(RabbitSink::new(&url, &exchange, "due.{topic}.{subtopic}", Duration::from_secs(10)).unwrap());
+    let harness = Harness::start(&["order.*"], sink, |_| {}).await;
+    const JOBS: usize = 10_000;
+    let jobs = (0..JOBS)
+        .map(|i| {
+            json!({"topic": "order.close", "subtopic": format!("s{}", i % 3), "body": format!("job-{i}"),
+                   "delay": 1000 + (i * 7919) % 2001})
+        })
+        .collect();
+    let ids = harness.push_all(jobs).await;
+
+    let all_arrived = eventually(Duration::from_secs(60), || async { arrivals_by_id(&arrivals).len() >= JOBS }).await;
+    let counts = arrivals_by_id(&arrivals);
+    assert!(all_arrived, "only {} of {JOBS} jobs arrived", counts.len());
+    for id in &ids {
+        assert!(counts.contains_key(id.as_str()), "job {id} never arrived");
+    }
+    let duplicates: usize = counts.values().map(|count| count - 1).sum();
+    let counters = harness.route().counters();
+    let possible_duplicates = counters.unconfirmed() + counters.unfinished();
+    assert!(
+        duplicates as u64 <= possible_duplicates,
+        "{duplicates} duplicates but only {possible_duplicates} unconfirmed or unfinished publishes"
+    );
+    {
+        let arrivals = arrivals.lock().unwrap();
+        for arrival in arrivals.iter() {
+            assert!(arrival.persistent, "persistent messages");
+            assert_eq!(arrival.headers["delayq-topic"], "order.close");
+            assert_eq!(arrival.headers["delayq-attempt"], "1");
+            let run_at: u64 = arrival.headers["delayq-run-at"].parse().unwrap();
+            assert!(run_at <= arrival.at.as_millis(), "never before the due time");
+            let index: usize = arrival.body.strip_prefix("job-").unwrap().parse().unwrap();
+            assert_eq!(arrival.routing_key, format!("due.order.close.s{}", index % 3));
+        }
+    }
+    let all_finished = eventually(Duration::from_secs(10), || async {
+        harness.queue.stats().await.unwrap().live.iter().all(|topic| topic.delay + topic.ready + topic.reserved == 0)
+    })
+    .await;
+    assert!(all_finished, "every confirmed job is finished");
+    assert_eq!(counters.published(), JOBS as u64 + counters.unfinished());
+    assert_eq!(harness.state(&ids[0]).await, JobState::Finished);
+
+    consumer.abort();
+    broker.delete_queue(&queue).await;
+    broker.delete_exchange(&exchange).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unroutable_message_is_a_failure_and_the_job_dies_after_max_retries() {
+    let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
+    let broker = Broker::connect(&url).await;
+    // An exchange with no queue bound: a mandatory publish comes back.
+    let exchange = unique_name("delayq-fwd-nowhere");
+    broker.declare_exchange(&exchange).await;
+    let sink = Arc::new(RabbitSink::new(&url, &exchange, "{topic}", Duration::from_secs(5)).unwrap());
+    let harness = Harness::start(&["lost.*"], sink, |_| {}).await;
+    let ids =
+        harness.push_all(vec![json!({"topic": "lost.job", "body": "b", "maxRetries": 1, "retryBackoff": [100]})]).await;
+    let dead = eventually(Duration::from_secs(15), || async { harness.state(&ids[0]).await == JobState::Dead }).await;
+    assert!(dead, "a returned message is not a delivery");
+    let counters = harness.route().counters();
+    assert_eq!((counters.published(), counters.failed(), counters.dead()), (0, 2, 1));
+    broker.delete_exchange(&exchange).await;
+}
+
+/// A TCP proxy in front of the broker that the test can cut and restore.
+struct Proxy {
+    addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    connections: Arc<Mutex<Vec<AbortHandle>>>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
+        let (accept_cut, accept_connections) = (cut.clone(), connections.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if accept_cut.load(Ordering::SeqCst) {
+                    // Unreachable: the connection is closed at once.
+                    drop(client);
+                    continue;
+                }
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                accept_connections.lock().unwrap().push(relay.abort_handle());
+            }
+        });
+        Proxy { addr, cut, connections, accept }
+    }
+
+    /// Drops every open connection and refuses new ones.
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_of_fifteen_seconds_loses_nothing_and_finishes_nothing_unconfirmed() {
+    let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
+    let mut parsed = reqwest::Url::parse(&url).unwrap();
+    let host = parsed.host_str().unwrap().to_owned();
+    let upstream =
+        tokio::net::lookup_host((host.as_str(), parsed.port().unwrap_or(5672))).await.unwrap().next().unwrap();
+    let proxy = Proxy::start(upstream).await;
+    parsed.set_host(Some("127.0.0.1")).unwrap();
+    parsed.set_port(Some(proxy.addr.port())).unwrap();
+    let proxied_url = parsed.to_string();
+
+    let broker = Broker::connect(&url).await;
+    let queue = unique_name("delayq-fwd-outage");
+    broker.declare_queue(&queue).await;
+    let (arrivals, consumer) = broker.consume(&queue).await;
+    // The default exchange routes by queue name.
+    let sink = Arc::new(RabbitSink::new(&proxied_url, "", &queue, Duration::from_secs(3)).unwrap());
+    let harness = Harness::start(&["outage.*"], sink, |_| {}).await;
+
+    const JOBS: usize = 300;
+    let jobs = (0..JOBS)
+        .map(|i| {
+            json!({"topic": "outage.jobs", "body": format!("job-{i}"), "delay": 300 + i * 30,
+                   "maxRetries": 1000, "retryBackoff": [250, 500, 1000]})
+        })
+        .collect();
+    let ids = harness.push_all(jobs).await;
+    let some_arrived = eventually(Duration::from_secs(10), || async { !arrivals.lock().unwrap().is_empty() }).await;
+    assert!(some_arrived, "the broker is reachable through the proxy");
+
+    proxy.cut();
+    // Confirms already on their way may still land; after that nothing can be confirmed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let published_at_cut = harness.route().counters().published();
+    let arrived_at_cut = arrivals_by_id(&arrivals).len();
+    tokio::time::sleep(Duration::from_secs(13)).await;
+    let counters = harness.route().counters();
+    assert_eq!(counters.published(), published_at_cut, "no job is finished while the broker is unreachable");
+    assert!(counters.failed() > 0, "jobs fell due during the outage and failed to publish");
+    assert!(arrived_at_cut < JOBS, "jobs were still due when the broker went away");
+    let finished_during_outage = finished_ids(&harness, &ids).await;
+    let arrived = arrivals_by_id(&arrivals);
+    for id in &finished_during_outage {
+        assert!(arrived.contains_key(id.as_str()), "job {id} finished but never reached the broker");
+    }
+
+    proxy.restore();
+    let all_arrived = eventually(Duration::from_secs(30), || async { arrivals_by_id(&arrivals).len() >= JOBS }).await;
+    let arrived = arrivals_by_id(&arrivals);
+    assert!(all_arrived, "after the outage every job arrives: {} of {JOBS}", arrived.len());
+    let all_finished = eventually(Duration::from_secs(15), || async {
+        harness.queue.stats().await.unwrap().live.iter().all(|topic| topic.delay + topic.ready + topic.reserved == 0)
+    })
+    .await;
+    assert!(all_finished, "every job is finished once confirmed");
+    let duplicates: usize = arrived.values().map(|count| count - 1).sum();
+    assert!(duplicates as u64 <= counters.unconfirmed() + counters.unfinished(), "duplicates are counted");
+
+    consumer.abort();
+    broker.delete_queue(&queue).await;
+}
+
+/// Returns the ids of the jobs the store knows as finished.
+async fn finished_ids(harness: &Harness, ids: &[delayq_common::JobId]) -> HashSet<String> {
+    let mut finished = HashSet::new();
+    for id in ids {
+        if harness.state(id).await == JobState::Finished {
+            finished.insert(id.to_string());
+        }
+    }
+    finished
+}

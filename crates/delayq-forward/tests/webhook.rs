@@ -1,0 +1,162 @@
+//! The webhook sink against a real HTTP server (axum): retries with the job's
+//! backoff, headers, signature, dead after maxRetries, unrouted topics stay pull.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use common::{eventually, Harness};
+use delayq_common::{JobState, Topic};
+use delayq_forward::{webhook_signature, WebhookSink};
+use serde_json::{json, Value};
+
+/// One request the test server received.
+#[derive(Clone, Debug)]
+struct Received {
+    at: Instant,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|value| value.to_str().ok()).unwrap_or_default()
+    }
+}
+
+#[derive(Clone)]
+struct Endpoint {
+    received: Arc<Mutex<Vec<Received>>>,
+    /// The status of the n-th answer (the last one repeats).
+    statuses: Arc<Vec<StatusCode>>,
+}
+
+async fn due(State(endpoint): State<Endpoint>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let mut received = endpoint.received.lock().unwrap();
+    received.push(Received { at: Instant::now(), headers, body });
+    let index = (received.len() - 1).min(endpoint.statuses.len() - 1);
+    endpoint.statuses[index]
+}
+
+/// Starts a webhook endpoint answering `statuses` in turn; returns its URL and what it received.
+async fn start_endpoint(statuses: Vec<StatusCode>) -> (String, Arc<Mutex<Vec<Received>>>) {
+    let endpoint = Endpoint { received: Arc::default(), statuses: Arc::new(statuses) };
+    let received = endpoint.received.clone();
+    let app = Router::new().route("/due", post(due)).with_state(endpoint);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/due"), received)
+}
+
+fn webhook(url: &str, secret: Option<&str>) -> Arc<WebhookSink> {
+    Arc::new(WebhookSink::new(url, secret, Duration::from_secs(5)).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_answering_500_twice_gets_the_job_on_the_third_attempt_after_the_backoff() {
+    let error = StatusCode::INTERNAL_SERVER_ERROR;
+    let (url, received) = start_endpoint(vec![error, error, StatusCode::OK]).await;
+    let harness = Harness::start(&["hook.*"], webhook(&url, Some("s3cret")), |_| {}).await;
+    let pushed_at = Instant::now();
+    let ids = harness
+        .push_all(vec![json!({
+            "topic": "hook.order", "subtopic": "eu", "body": "{\"orderId\":7}", "delay": 200,
+            "maxRetries": 5, "retryBackoff": [500, 1000]
+        })])
+        .await;
+    let id = &ids[0];
+    let finished =
+        eventually(Duration::from_secs(20), || async { harness.state(id).await == JobState::Finished }).await;
+    assert!(finished, "the job is finished once the webhook answered 200");
+
+    let received = received.lock().unwrap().clone();
+    assert_eq!(received.len(), 3, "two 500s, then the 200");
+    let attempts: Vec<&str> = received.iter().map(|request| request.header("delayq-attempt")).collect();
+    assert_eq!(attempts, ["1", "2", "3"]);
+    assert!(received[0].at.duration_since(pushed_at) >= Duration::from_millis(200), "not before its delay");
+    let first_gap = received[1].at.duration_since(received[0].at);
+    let second_gap = received[2].at.duration_since(received[1].at);
+    assert!(first_gap >= Duration::from_millis(500), "first retry after its 500 ms backoff, was {first_gap:?}");
+    assert!(second_gap >= Duration::from_millis(1000), "second retry after its 1000 ms backoff, was {second_gap:?}");
+    for request in &received {
+        assert_eq!(request.header("delayq-id"), id.as_str());
+        assert_eq!(request.header("delayq-topic"), "hook.order");
+        assert_eq!(request.header("content-type"), "application/json");
+        let expected = format!("sha256={}", webhook_signature(b"s3cret", &request.body));
+        assert_eq!(request.header("delayq-signature"), expected, "HMAC-SHA256 of the exact body");
+        let job: Value = serde_json::from_slice(&request.body).unwrap();
+        assert_eq!(job["id"], id.as_str());
+        assert_eq!(job["body"], "{\"orderId\":7}");
+        assert_eq!(job["subtopic"], "eu");
+        assert_eq!(request.header("delayq-run-at"), job["runAt"].to_string());
+    }
+    assert_eq!(harness.route().counters().published(), 1);
+    assert_eq!(harness.route().counters().failed(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_dead_after_max_retries_of_failed_posts() {
+    let (url, received) = start_endpoint(vec![StatusCode::SERVICE_UNAVAILABLE]).await;
+    let harness = Harness::start(&["hook.*"], webhook(&url, None), |_| {}).await;
+    let ids = harness
+        .push_all(vec![json!({"topic": "hook.dead", "body": "x", "maxRetries": 1, "retryBackoff": [100]})])
+        .await;
+    let id = &ids[0];
+    let dead = eventually(Duration::from_secs(15), || async { harness.state(id).await == JobState::Dead }).await;
+    assert!(dead, "out of retries after two failed posts");
+    assert_eq!(received.lock().unwrap().len(), 2, "maxRetries 1: the first delivery and one retry");
+    assert!(received.lock().unwrap().iter().all(|request| request.headers.get("delayq-signature").is_none()));
+    assert_eq!(harness.route().counters().dead(), 1);
+    assert_eq!(harness.route().counters().published(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_without_a_route_stay_pull() {
+    let (url, received) = start_endpoint(vec![StatusCode::OK]).await;
+    let harness = Harness::start(&["hook.*"], webhook(&url, None), |_| {}).await;
+    let ids = harness
+        .push_all(vec![json!({"topic": "pull.only", "body": "p"}), json!({"topic": "hook.routed", "body": "r"})])
+        .await;
+    let routed_done =
+        eventually(Duration::from_secs(10), || async { harness.state(&ids[1]).await == JobState::Finished }).await;
+    assert!(routed_done);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(harness.state(&ids[0]).await, JobState::Ready, "nobody forwards an unrouted topic");
+    let popped = harness.queue.pop(&Topic::parse("pull.only").unwrap(), 10, Duration::ZERO).await.unwrap();
+    assert_eq!(popped.len(), 1);
+    assert_eq!(popped[0].id, ids[0]);
+    assert_eq!(received.lock().unwrap().len(), 1, "only the routed job was posted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_webhook_keeps_the_job_until_it_answers() {
+    // Reserve a free port, then close it: nothing listens there yet.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let sink = webhook(&format!("http://{addr}/due"), None);
+    let harness = Harness::start(&["hook.*"], sink, |_| {}).await;
+    let ids = harness
+        .push_all(vec![json!({"topic": "hook.later", "body": "x", "maxRetries": 50, "retryBackoff": [200]})])
+        .await;
+    let failed_twice = eventually(Duration::from_secs(10), || async { harness.route().counters().failed() >= 2 }).await;
+    assert!(failed_twice, "connection refused counts as a failure and is retried");
+    assert_ne!(harness.state(&ids[0]).await, JobState::Finished);
+
+    let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+    let endpoint = Endpoint { received: received.clone(), statuses: Arc::new(vec![StatusCode::NO_CONTENT]) };
+    let app = Router::new().route("/due", post(due)).with_state(endpoint);
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let finished =
+        eventually(Duration::from_secs(10), || async { harness.state(&ids[0]).await == JobState::Finished }).await;
+    assert!(finished, "delivered once the endpoint is up (204 is a 2xx)");
+    assert_eq!(received.lock().unwrap().len(), 1);
+}
