@@ -4,29 +4,37 @@
 use std::sync::Arc;
 
 use delayq_controller::{Role as ApiRole, RoleInfo, RoleProvider};
+use delayq_forward::{run_forwarder, RouteTable};
 use delayq_ha::{Leadership, Role, RoleKind};
 use delayq_queue::{run_timer_fenced, DelayQueue};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-/// The leader work running for one term.
+/// The leader work running for one term: every task stops with `stop`.
 struct Term {
     epoch: u64,
     stop: CancellationToken,
-    task: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Term {
     async fn end(self) {
         self.stop.cancel();
-        let _ = self.task.await;
+        for task in self.tasks {
+            let _ = task.await;
+        }
         info!(epoch = self.epoch, "leader work stopped");
     }
 }
 
 /// Starts and stops leader work as the role changes, until `cancel` fires.
-pub(crate) async fn supervise(leadership: Arc<dyn Leadership>, queue: Arc<DelayQueue>, cancel: CancellationToken) {
+pub(crate) async fn supervise(
+    leadership: Arc<dyn Leadership>,
+    queue: Arc<DelayQueue>,
+    routes: Arc<RouteTable>,
+    cancel: CancellationToken,
+) {
     let mut role = leadership.role();
     let mut term: Option<Term> = None;
     loop {
@@ -37,7 +45,8 @@ pub(crate) async fn supervise(leadership: Arc<dyn Leadership>, queue: Arc<DelayQ
                 previous.end().await;
             }
             if let Some(epoch) = wanted_epoch {
-                term = Some(start_term(Arc::clone(&leadership), Arc::clone(&queue), epoch, cancel.child_token()));
+                let (leadership, queue, routes) = (Arc::clone(&leadership), Arc::clone(&queue), Arc::clone(&routes));
+                term = Some(start_term(leadership, queue, routes, epoch, cancel.child_token()));
             }
         }
         tokio::select! {
@@ -50,13 +59,20 @@ pub(crate) async fn supervise(leadership: Arc<dyn Leadership>, queue: Arc<DelayQ
     }
 }
 
-fn start_term(leadership: Arc<dyn Leadership>, queue: Arc<DelayQueue>, epoch: u64, stop: CancellationToken) -> Term {
+fn start_term(
+    leadership: Arc<dyn Leadership>,
+    queue: Arc<DelayQueue>,
+    routes: Arc<RouteTable>,
+    epoch: u64,
+    stop: CancellationToken,
+) -> Term {
     info!(epoch, "leader work starts");
+    let mut tasks = Vec::new();
     let token = stop.clone();
-    let task = tokio::spawn(async move {
-        run_timer_fenced(queue, token, move || leadership.holds_leadership(epoch)).await;
-    });
-    Term { epoch, stop, task }
+    let fence = Arc::clone(&leadership);
+    tasks.push(tokio::spawn(run_timer_fenced(Arc::clone(&queue), token, move || fence.holds_leadership(epoch))));
+    tasks.push(tokio::spawn(run_forwarder(Arc::clone(&queue), routes, stop.clone())));
+    Term { epoch, stop, tasks }
 }
 
 /// Returns the `/stats` view of the role signal.

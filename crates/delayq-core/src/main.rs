@@ -8,13 +8,15 @@
 //! - `cli`: the command line.
 //! - `serve`: wiring and graceful shutdown of the server.
 //! - `backends`: the one place that picks the scheduler and store backends.
-//! - `leader`: starts and stops leader work (the timer) as the role changes.
+//! - `leader`: starts and stops leader work (the timer, the forwarder) as the role changes.
+//! - `forward`: the forwarding routes built from `[forward]`.
 //! - `node`: this node's name and snowflake worker id.
 //! - `client`: the client subcommands.
 
 mod backends;
 mod cli;
 mod client;
+mod forward;
 mod leader;
 mod node;
 mod serve;

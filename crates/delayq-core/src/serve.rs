@@ -21,7 +21,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::backends::{build_leadership, build_scheduler, build_store};
 use crate::cli::ServeArgs;
-use crate::leader;
+use crate::{forward, leader};
 use crate::node::NodeIdentity;
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -32,6 +32,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     info!(node = %node.name, worker_id = node.worker_id, "starting delayq");
 
     let root = CancellationToken::new();
+    let routes = forward::build_routes(&config)?;
     let leadership = build_leadership(&config, &node, root.child_token()).await?;
     let store = build_store(&config, &node.name).await?;
     let scheduler = build_scheduler(&config).await?;
@@ -54,7 +55,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     let tasks = TaskTracker::new();
-    tasks.spawn(leader::supervise(Arc::clone(&leadership), Arc::clone(&queue), root.child_token()));
+    tasks.spawn(leader::supervise(Arc::clone(&leadership), Arc::clone(&queue), routes, root.child_token()));
 
     let listener = TcpListener::bind(&config.server.http_addr)
         .await
