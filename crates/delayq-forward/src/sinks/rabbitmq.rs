@@ -65,8 +65,11 @@ impl RabbitSink {
             if connection.status().connected() && channel.status().connected() {
                 return Ok(channel.clone());
             }
-            warn!(sink = KIND, "connection lost, reconnecting");
-            link.open = None;
+            warn!(sink = KIND, "connection or channel lost, reconnecting");
+            if let Some((connection, _)) = link.open.take() {
+                // The broker may have closed only the channel (a channel error): close the rest.
+                tokio::spawn(close_quietly(connection));
+            }
         }
         if let Some(retry_at) = link.retry_at {
             let wait = retry_at.saturating_duration_since(Instant::now());
@@ -99,8 +102,7 @@ impl RabbitSink {
     async fn forget_connection(&self) {
         let open = self.link.lock().await.open.take();
         if let Some((connection, _)) = open {
-            let closing = connection.close(200, "reconnecting".into());
-            let _ = tokio::time::timeout(Duration::from_secs(1), closing).await;
+            close_quietly(connection).await;
         }
     }
 
@@ -121,6 +123,12 @@ async fn open_confirm_channel(url: &str) -> Result<(Connection, Channel), lapin:
     let channel = connection.create_channel().await?;
     channel.confirm_select(ConfirmSelectOptions::default()).await?;
     Ok((connection, channel))
+}
+
+/// Closes a connection that is no longer used, giving up after a second.
+async fn close_quietly(connection: Connection) {
+    let closing = connection.close(200, "reconnecting".into());
+    let _ = tokio::time::timeout(Duration::from_secs(1), closing).await;
 }
 
 fn unavailable(reason: String) -> SinkError {
