@@ -76,9 +76,20 @@ fn start_term(
 }
 
 /// Returns the `/stats` view of the role signal.
+///
+/// A leader whose lease has lapsed (say the process was frozen past its session) shows as
+/// disconnected until the election catches up: it cannot be sure it still leads.
 pub(crate) fn role_provider(leadership: &Arc<dyn Leadership>, coordinator: Option<&'static str>) -> RoleProvider {
     let role = leadership.role();
-    Arc::new(move || api_role(&role.borrow(), coordinator))
+    let lease = Arc::clone(leadership);
+    Arc::new(move || {
+        let current = role.borrow().clone();
+        if current.kind == RoleKind::Leader && !lease.holds_leadership(current.epoch) {
+            let in_doubt = Role { kind: RoleKind::Disconnected, leader: None, ..current };
+            return api_role(&in_doubt, coordinator);
+        }
+        api_role(&current, coordinator)
+    })
 }
 
 fn api_role(role: &Role, coordinator: Option<&'static str>) -> RoleInfo {

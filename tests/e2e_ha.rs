@@ -1,0 +1,609 @@
+//! High availability: three `delayq serve` processes sharing Redis and MariaDB,
+//! electing their leader through ZooKeeper, with real failures: the leader
+//! killed with SIGKILL, the leader frozen with SIGSTOP past its session, and
+//! ZooKeeper itself killed and restarted.
+//!
+//! Each test runs its own ZooKeeper (the jars of the installed package, on a
+//! free port, tick 500 ms) so it can restart it and so session expiry is
+//! prompt; the shared one is never touched. Redis keys get a unique prefix and
+//! MariaDB a fresh database per test.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{now_ms, service, unique_name, Client, Server};
+use serde_json::{json, Value};
+use sqlx::Connection;
+
+/// The session timeout the nodes ask for.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+/// The private ZooKeeper's tick: sessions of 4 s are allowed and expire within a tick of it.
+const ZOOKEEPER_TICK_MS: u64 = 500;
+/// The ZooKeeper server jar of the Debian package (its manifest names the other jars).
+const ZOOKEEPER_CLASSPATH: &str = "/usr/share/java/zookeeper.jar";
+const NODE_NAMES: [&str; 3] = ["node-a", "node-b", "node-c"];
+/// Long enough that no job is redelivered while a test runs.
+const TTR_MS: u64 = 120_000;
+/// A generous bound for anything that should take a few seconds.
+const SETTLE: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------
+// A private ZooKeeper
+
+/// A ZooKeeper server process this test owns; killed when dropped.
+struct PrivateZookeeper {
+    child: Option<Child>,
+    port: u16,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+}
+
+impl PrivateZookeeper {
+    /// Starts a standalone server on a free port, keeping its data in `dir`.
+    async fn start(dir: &Path) -> PrivateZookeeper {
+        let port = free_port();
+        let mut zookeeper = PrivateZookeeper {
+            child: None,
+            port,
+            data_dir: dir.join("zookeeper-data"),
+            log_path: dir.join("zookeeper.log"),
+        };
+        zookeeper.spawn().await;
+        zookeeper
+    }
+
+    /// Starts the server process (again) on the same port and data directory.
+    async fn spawn(&mut self) {
+        assert!(self.child.is_none(), "zookeeper is already running");
+        let classpath = std::env::var("DELAYQ_TEST_ZOOKEEPER_CLASSPATH").unwrap_or_else(|_| ZOOKEEPER_CLASSPATH.into());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).expect("zookeeper log");
+        let child = Command::new("java")
+            .args(["-Xmx128m", "-XX:+UseSerialGC", "-Dzookeeper.admin.enableServer=false", "-cp", &classpath])
+            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(self.port.to_string())
+            .arg(&self.data_dir)
+            .arg(ZOOKEEPER_TICK_MS.to_string())
+            .stdout(Stdio::from(log.try_clone().expect("log handle")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start java: is the zookeeper package installed?");
+        self.child = Some(child);
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            let exited = self.child.as_mut().and_then(|child| child.try_wait().ok().flatten());
+            assert!(exited.is_none(), "zookeeper exited: {exited:?}; log: {}", self.log());
+            assert!(started.elapsed() < SETTLE, "zookeeper did not listen on {}; log: {}", self.port, self.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Kills the server with SIGKILL and waits for it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for PrivateZookeeper {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+// ---------------------------------------------------------------------------
+// A cluster of three nodes
+
+/// What the nodes share: Redis and a fresh MariaDB database.
+struct Backends {
+    redis_url: String,
+    mysql_root_url: String,
+    database: String,
+    database_url: String,
+    prefix: String,
+}
+
+impl Backends {
+    /// Returns the backends, or `None` when a service is not configured (test skipped).
+    async fn create(stem: &str) -> Option<Backends> {
+        let redis_url = service("DELAYQ_TEST_REDIS_URL")?;
+        let mysql_root_url = service("DELAYQ_TEST_MYSQL_URL")?;
+        // The private ZooKeeper needs the installed package, which this variable vouches for.
+        service("DELAYQ_TEST_ZOOKEEPER")?;
+        let name = unique_name(stem);
+        let mut connection = sqlx::MySqlConnection::connect(&mysql_root_url).await.expect("connect to mariadb");
+        sqlx::query(&format!("CREATE DATABASE `{name}`")).execute(&mut connection).await.expect("create database");
+        let base = mysql_root_url.rsplit_once('/').map(|(base, _)| base).expect("url has a database");
+        let database_url = format!("{base}/{name}");
+        Some(Backends { redis_url, mysql_root_url, database: name.clone(), database_url, prefix: name })
+    }
+
+    async fn connect(&self) -> sqlx::MySqlConnection {
+        sqlx::MySqlConnection::connect(&self.database_url).await.expect("connect to the test database")
+    }
+
+    /// Drops the test database.
+    async fn drop_database(&self) {
+        if let Ok(mut connection) = sqlx::MySqlConnection::connect(&self.mysql_root_url).await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{}`", self.database)).execute(&mut connection).await;
+        }
+    }
+}
+
+/// One node: its process (gone once killed) and a client that gives up on a frozen one.
+struct Node {
+    name: &'static str,
+    server: Option<Server>,
+    client: Client,
+}
+
+impl Node {
+    fn server(&self) -> &Server {
+        self.server.as_ref().expect("node is running")
+    }
+}
+
+/// Starts the three nodes.
+async fn start_nodes(dir: &Path, backends: &Backends, zookeeper: &str) -> Vec<Node> {
+    let root = format!("/{}", backends.prefix);
+    let session_ms = SESSION_TIMEOUT.as_millis().to_string();
+    let start = |name: &'static str| {
+        let node_dir = dir.join(name);
+        std::fs::create_dir_all(&node_dir).expect("node dir");
+        let env: Vec<(&str, String)> = vec![
+            ("DELAYQ_REDIS_URL", backends.redis_url.clone()),
+            ("DELAYQ_DATABASE_URL", backends.database_url.clone()),
+            ("DELAYQ_SCHEDULER__REDIS_PREFIX", backends.prefix.clone()),
+            ("DELAYQ_ZOOKEEPER", zookeeper.to_owned()),
+            ("DELAYQ_ZOOKEEPER__ROOT", root.clone()),
+            ("DELAYQ_ZOOKEEPER__SESSION_TIMEOUT_MS", session_ms.clone()),
+            ("DELAYQ_NODE_ID", name.to_owned()),
+        ];
+        async move {
+            let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+            let server = Server::start(&node_dir, &env).await;
+            let client = Client::with_timeout(&server.base_url, Duration::from_secs(3));
+            Node { name, server: Some(server), client }
+        }
+    };
+    // The first node applies the schema to the fresh database; the others start together.
+    let a = start(NODE_NAMES[0]).await;
+    let (b, c) = tokio::join!(start(NODE_NAMES[1]), start(NODE_NAMES[2]));
+    vec![a, b, c]
+}
+
+/// What `/stats` says about the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct View {
+    role: String,
+    leader: Option<String>,
+    members: Vec<String>,
+}
+
+/// Reads a node's view; `None` when it does not answer.
+async fn view(client: &Client) -> Option<View> {
+    let Ok((200, stats)) = client.get("/stats").await else {
+        return None;
+    };
+    let data = &stats["data"];
+    let members = data["members"].as_array()?.iter().filter_map(|member| member.as_str().map(str::to_owned)).collect();
+    Some(View { role: data["role"].as_str()?.to_owned(), leader: data["leader"].as_str().map(str::to_owned), members })
+}
+
+/// Returns the index of the leader when exactly one of `indices` leads, every other one
+/// follows it, and all list `members` (when given).
+async fn agreed_leader(nodes: &[Node], indices: &[usize], members: Option<&[&str]>) -> Option<usize> {
+    let mut views = Vec::new();
+    for &index in indices {
+        views.push((index, view(&nodes[index].client).await?));
+    }
+    let leaders: Vec<usize> = views.iter().filter(|(_, view)| view.role == "leader").map(|(index, _)| *index).collect();
+    let [leader] = leaders[..] else {
+        return None;
+    };
+    let agreed = views.iter().all(|(index, view)| {
+        let role_fits = *index == leader || view.role == "follower";
+        let members_fit = members.is_none_or(|members| view.members == members);
+        role_fits && members_fit && view.leader.as_deref() == Some(nodes[leader].name)
+    });
+    agreed.then_some(leader)
+}
+
+/// Polls until the nodes at `indices` agree on one leader; returns it.
+async fn wait_for_leader(nodes: &[Node], indices: &[usize], members: Option<&[&str]>, within: Duration) -> usize {
+    let started = Instant::now();
+    loop {
+        if let Some(leader) = agreed_leader(nodes, indices, members).await {
+            return leader;
+        }
+        if started.elapsed() > within {
+            let mut views = Vec::new();
+            for &index in indices {
+                views.push((nodes[index].name, view(&nodes[index].client).await));
+            }
+            panic!("no agreed leader within {within:?}: {views:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Pushing and consuming
+
+/// Pushes `count` jobs of `topic` due from `first_due` on, `spacing_ms` apart; returns id → runAt.
+async fn push_spread(
+    client: &Client,
+    topic: &str,
+    count: usize,
+    first_due: u64,
+    spacing_ms: u64,
+) -> HashMap<String, u64> {
+    let mut pushed = HashMap::with_capacity(count);
+    let indices: Vec<usize> = (0..count).collect();
+    for batch in indices.chunks(1_000) {
+        let jobs: Vec<Value> = batch
+            .iter()
+            .map(|index| {
+                let run_at = first_due + *index as u64 * spacing_ms;
+                json!({"topic": topic, "body": format!("job {index}"), "runAt": run_at, "ttr": TTR_MS})
+            })
+            .collect();
+        let (status, answer) = client.post("/push/batch", &json!({ "jobs": jobs })).await.expect("push batch");
+        assert_eq!(status, 200, "{answer}");
+        for item in answer["data"].as_array().expect("array") {
+            let id = item["id"].as_str().unwrap_or_else(|| panic!("refused: {item}")).to_owned();
+            pushed.insert(id, item["runAt"].as_u64().expect("runAt"));
+        }
+    }
+    assert_eq!(pushed.len(), count);
+    pushed
+}
+
+/// Every delivery seen: job id → when each pop returned it (epoch ms).
+type Deliveries = Arc<Mutex<HashMap<String, Vec<u64>>>>;
+
+/// Pops jobs of `topic` through `client` and records them, until aborted.
+async fn consume(client: Client, topic: String, deliveries: Deliveries) {
+    let path = format!("/pop?topic={topic}&count=100&timeout=1000");
+    loop {
+        let Ok((200, popped)) = client.get(&path).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let popped_at = now_ms();
+        let mut deliveries = deliveries.lock().expect("lock");
+        for job in popped["data"].as_array().into_iter().flatten() {
+            if let Some(id) = job["id"].as_str() {
+                deliveries.entry(id.to_owned()).or_default().push(popped_at);
+            }
+        }
+    }
+}
+
+/// Starts `per_node` consumers on each of the nodes at `indices`.
+fn start_consumers(
+    nodes: &[Node],
+    indices: &[usize],
+    per_node: usize,
+    topic: &str,
+    deliveries: &Deliveries,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut consumers = Vec::new();
+    for &index in indices {
+        for _ in 0..per_node {
+            let client = nodes[index].client.clone();
+            consumers.push(tokio::spawn(consume(client, topic.to_owned(), Arc::clone(deliveries))));
+        }
+    }
+    consumers
+}
+
+/// Waits until every pushed job was delivered (or `SETTLE` passes), then a moment for duplicates.
+async fn wait_for_deliveries(pushed: &HashMap<String, u64>, deliveries: &Deliveries, last_due: u64) {
+    let deadline = last_due + SETTLE.as_millis() as u64;
+    while deliveries.lock().expect("lock").len() < pushed.len() && now_ms() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+}
+
+/// Returns (missing, delivered more than once) among `pushed`.
+fn missing_and_duplicated(pushed: &HashMap<String, u64>, deliveries: &Deliveries) -> (usize, usize) {
+    let deliveries = deliveries.lock().expect("lock");
+    let missing = pushed.keys().filter(|id| !deliveries.contains_key(*id)).count();
+    let duplicated = deliveries.values().filter(|times| times.len() > 1).count();
+    (missing, duplicated)
+}
+
+/// Describes a set of latenesses in ms: count, p50, p99, max.
+fn summary(mut lateness: Vec<i64>) -> String {
+    if lateness.is_empty() {
+        return "none".to_owned();
+    }
+    lateness.sort_unstable();
+    let at = |quantile: f64| lateness[((lateness.len() - 1) as f64 * quantile).round() as usize];
+    format!("{} jobs, p50 {} ms, p99 {} ms, max {} ms", lateness.len(), at(0.5), at(0.99), at(1.0))
+}
+
+/// Deletes every live job of the test (its Redis keys) and the test database.
+async fn clean_up(nodes: Vec<Node>, backends: &Backends) {
+    if let Some(node) = nodes.iter().find(|node| node.server.is_some()) {
+        let _ = node.client.get("/clearAll").await;
+    }
+    for node in nodes {
+        if let Some(server) = node.server {
+            server.kill9().await;
+        }
+    }
+    backends.drop_database().await;
+}
+
+// ---------------------------------------------------------------------------
+// The tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_leader_is_replaced_and_no_job_is_lost() {
+    let Some(backends) = Backends::create("dq_ha_kill").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let zookeeper = PrivateZookeeper::start(dir.path()).await;
+    let mut nodes = start_nodes(dir.path(), &backends, &zookeeper.connect_string()).await;
+    let leader = wait_for_leader(&nodes, &[0, 1, 2], Some(&NODE_NAMES[..]), SETTLE).await;
+    roles_and_readiness_are_reported(&nodes, leader).await;
+    let survivors: Vec<usize> = (0..3).filter(|index| *index != leader).collect();
+
+    const JOBS: usize = 5_000;
+    let topic = "ha.kill";
+    let deliveries = Deliveries::default();
+    let consumers = start_consumers(&nodes, &survivors, 3, topic, &deliveries);
+    // 5,000 jobs fall due over 10 s, starting shortly after they are pushed.
+    let first_due = now_ms() + 2_000;
+    let pushed = push_spread(&nodes[survivors[0]].client, topic, JOBS, first_due, 2).await;
+    let last_due = first_due + 2 * JOBS as u64;
+
+    let kill_at = first_due + 3_000;
+    tokio::time::sleep(Duration::from_millis(kill_at.saturating_sub(now_ms()))).await;
+    let killed_at = now_ms();
+    let killed = Instant::now();
+    nodes[leader].server.take().expect("leader runs").kill9().await;
+    let survivor_names: Vec<&str> = survivors.iter().map(|index| nodes[*index].name).collect();
+    let new_leader = wait_for_leader(&nodes, &survivors, Some(&survivor_names[..]), SETTLE).await;
+    let takeover = killed.elapsed();
+    let elected_at = now_ms();
+    println!("leader {} killed; {} leads after {takeover:?}", nodes[leader].name, nodes[new_leader].name);
+    assert!(
+        takeover <= SESSION_TIMEOUT + Duration::from_secs(2),
+        "a new leader took {takeover:?}, more than the session timeout + 2 s"
+    );
+
+    wait_for_deliveries(&pushed, &deliveries, last_due).await;
+    for consumer in consumers {
+        consumer.abort();
+    }
+    let (missing, duplicated) = missing_and_duplicated(&pushed, &deliveries);
+    let delivered = deliveries.lock().expect("lock").clone();
+    let mut in_gap = Vec::new();
+    let mut outside_gap = Vec::new();
+    for (id, run_at) in &pushed {
+        let Some(first) = delivered.get(id).and_then(|times| times.first()) else {
+            continue;
+        };
+        let lateness = *first as i64 - *run_at as i64;
+        assert!(lateness >= -5, "job {id} delivered {lateness} ms before it was due");
+        if (killed_at..=elected_at).contains(run_at) {
+            in_gap.push(lateness);
+        } else {
+            outside_gap.push(lateness);
+        }
+    }
+    println!("lateness of jobs due while no node led: {}", summary(in_gap));
+    println!("lateness of the other jobs: {}", summary(outside_gap));
+    println!("{JOBS} pushed, {} delivered, {missing} missing, {duplicated} duplicated", delivered.len());
+    assert_eq!(missing, 0, "jobs lost");
+    assert_eq!(duplicated, 0, "jobs delivered twice within their ttr");
+    clean_up(nodes, &backends).await;
+}
+
+/// `/stats` shows each node's role, the leader and the members; `/ready` reports ZooKeeper.
+async fn roles_and_readiness_are_reported(nodes: &[Node], leader: usize) {
+    for (index, node) in nodes.iter().enumerate() {
+        let (status, stats) = node.client.get("/stats").await.expect("stats");
+        assert_eq!(status, 200, "{stats}");
+        let expected_role = if index == leader { "leader" } else { "follower" };
+        assert_eq!(stats["data"]["role"], expected_role, "{}: {stats}", node.name);
+        assert_eq!(stats["data"]["leader"], nodes[leader].name, "{}: {stats}", node.name);
+        assert_eq!(stats["data"]["members"], json!(NODE_NAMES), "{}: {stats}", node.name);
+        let (status, ready) = node.client.get("/ready").await.expect("ready");
+        assert_eq!(status, 200, "{}: {ready}", node.name);
+        assert_eq!(ready["data"]["backends"]["zookeeper"], "up", "{}: {ready}", node.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_leader_returns_as_a_follower_without_leader_work() {
+    let Some(backends) = Backends::create("dq_ha_freeze").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let zookeeper = PrivateZookeeper::start(dir.path()).await;
+    let nodes = start_nodes(dir.path(), &backends, &zookeeper.connect_string()).await;
+    let frozen = wait_for_leader(&nodes, &[0, 1, 2], Some(&NODE_NAMES[..]), SETTLE).await;
+    let others: Vec<usize> = (0..3).filter(|index| *index != frozen).collect();
+
+    const JOBS: usize = 1_000;
+    let topic = "ha.freeze";
+    let deliveries = Deliveries::default();
+    let consumers = start_consumers(&nodes, &others, 2, topic, &deliveries);
+    // Due over 15 s: before, during and after the freeze.
+    let first_due = now_ms() + 1_500;
+    let pushed = push_spread(&nodes[others[0]].client, topic, JOBS, first_due, 15).await;
+    let last_due = first_due + 15 * JOBS as u64;
+
+    tokio::time::sleep(Duration::from_millis((first_due + 2_000).saturating_sub(now_ms()))).await;
+    let stopped_at = now_ms();
+    nodes[frozen].server().signal("STOP");
+    // Members are not compared: the frozen node stays one until its session expires.
+    let successor = wait_for_leader(&nodes, &others, None, SETTLE).await;
+    let elected_after = now_ms() - stopped_at;
+    // Keep it frozen well past its session timeout.
+    let thaw_at = stopped_at + SESSION_TIMEOUT.as_millis() as u64 + 3_000;
+    tokio::time::sleep(Duration::from_millis(thaw_at.saturating_sub(now_ms()))).await;
+    nodes[frozen].server().signal("CONT");
+    let continued_at = now_ms();
+    println!(
+        "{} frozen; {} leads {elected_after} ms later; thawed after {} ms",
+        nodes[frozen].name,
+        nodes[successor].name,
+        continued_at - stopped_at
+    );
+
+    // What the thawed node says until it follows the new leader.
+    let mut said = Vec::new();
+    let thawing = Instant::now();
+    loop {
+        let role = view(&nodes[frozen].client).await.map(|view| view.role);
+        if said.last() != Some(&role) {
+            said.push(role.clone());
+        }
+        if role.as_deref() == Some("follower") || thawing.elapsed() > SETTLE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!("the thawed node said {said:?} within {:?}", thawing.elapsed());
+    assert!(!said.contains(&Some("leader".to_owned())), "the thawed node claimed to lead: {said:?}");
+
+    // It comes back as a follower of the new leader, and the cluster has one leader.
+    let leader = wait_for_leader(&nodes, &[0, 1, 2], Some(&NODE_NAMES[..]), SETTLE).await;
+    assert_eq!(leader, successor, "leadership stays with the successor");
+
+    wait_for_deliveries(&pushed, &deliveries, last_due).await;
+    for consumer in consumers {
+        consumer.abort();
+    }
+    let (missing, duplicated) = missing_and_duplicated(&pushed, &deliveries);
+    assert_eq!(missing, 0, "jobs lost");
+    assert_eq!(duplicated, 0, "jobs delivered twice within their ttr");
+
+    // The journal: each job was promoted once, and never by the frozen node after it froze.
+    let mut connection = backends.connect().await;
+    let started = Instant::now();
+    let promoted = loop {
+        let promoted: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT job_id) FROM job_log WHERE status = 'ready'")
+            .fetch_one(&mut connection)
+            .await
+            .expect("count promotions");
+        if promoted as usize >= JOBS || started.elapsed() > SETTLE {
+            break promoted;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(promoted as usize, JOBS, "every job's promotion is journaled");
+    // Text columns have a binary collation: read them as bytes.
+    let twice: Vec<(Vec<u8>, i64)> = sqlx::query_as(
+        "SELECT job_id, COUNT(*) FROM job_log WHERE status = 'ready' GROUP BY job_id HAVING COUNT(*) > 1",
+    )
+    .fetch_all(&mut connection)
+    .await
+    .expect("promotions per job");
+    let twice: Vec<(String, i64)> =
+        twice.into_iter().map(|(id, count)| (String::from_utf8_lossy(&id).into_owned(), count)).collect();
+    assert!(twice.is_empty(), "jobs promoted more than once: {twice:?}");
+    let by_node: Vec<(Vec<u8>, i64)> =
+        sqlx::query_as("SELECT node, COUNT(*) FROM job_log WHERE status = 'ready' GROUP BY node ORDER BY node")
+            .fetch_all(&mut connection)
+            .await
+            .expect("promotions per node");
+    let by_node: Vec<(String, i64)> =
+        by_node.into_iter().map(|(node, count)| (String::from_utf8_lossy(&node).into_owned(), count)).collect();
+    let late: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM job_log WHERE status = 'ready' AND node = ? AND update_time > ?")
+            .bind(nodes[frozen].name)
+            .bind(stopped_at as i64)
+            .fetch_one(&mut connection)
+            .await
+            .expect("late promotions");
+    println!("promotions per node: {by_node:?}; by {} after it froze: {late}", nodes[frozen].name);
+    assert_eq!(late, 0, "the frozen leader promoted jobs after it was frozen");
+    let frozen_log = nodes[frozen].server().log();
+    let terms = frozen_log.matches("leader work starts").count();
+    assert_eq!(terms, 1, "the frozen node led once, before it froze:\n{frozen_log}");
+    clean_up(nodes, &backends).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_zookeeper_leaves_exactly_one_leader() {
+    let Some(backends) = Backends::create("dq_ha_zk").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut zookeeper = PrivateZookeeper::start(dir.path()).await;
+    let nodes = start_nodes(dir.path(), &backends, &zookeeper.connect_string()).await;
+    wait_for_leader(&nodes, &[0, 1, 2], Some(&NODE_NAMES[..]), SETTLE).await;
+
+    zookeeper.kill();
+    // Every node notices and stops leader work; readiness names ZooKeeper.
+    let started = Instant::now();
+    for node in &nodes {
+        loop {
+            let role = view(&node.client).await.map(|view| view.role);
+            if role.as_deref() == Some("disconnected") {
+                break;
+            }
+            assert!(started.elapsed() < SETTLE, "{} still says {role:?} without zookeeper", node.name);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (status, ready) = node.client.get("/ready").await.expect("ready");
+        assert_eq!(status, 503, "{}: {ready}", node.name);
+        assert_eq!(ready["message"], "zookeeper is unavailable", "{}: {ready}", node.name);
+        assert_eq!(ready["data"]["backends"]["zookeeper"], "down", "{}: {ready}", node.name);
+    }
+    println!("every node is disconnected {:?} after zookeeper died", started.elapsed());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    zookeeper.spawn().await;
+    let restarted = Instant::now();
+    let leader = wait_for_leader(&nodes, &[0, 1, 2], Some(&NODE_NAMES[..]), SETTLE).await;
+    println!("{} leads {:?} after zookeeper restarted", nodes[leader].name, restarted.elapsed());
+    // Still exactly one leader a moment later, and every node is ready again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(agreed_leader(&nodes, &[0, 1, 2], Some(&NODE_NAMES[..])).await, Some(leader), "leadership is stable");
+    for node in &nodes {
+        let (status, ready) = node.client.get("/ready").await.expect("ready");
+        assert_eq!(status, 200, "{}: {ready}", node.name);
+    }
+
+    // The leader's timer runs again: a job due soon is delivered through another node.
+    let consumer = (leader + 1) % nodes.len();
+    let (status, pushed) = nodes[leader]
+        .client
+        .post("/push", &json!({"topic": "ha.zk", "body": "after the restart", "delay": 300}))
+        .await
+        .expect("push");
+    assert_eq!(status, 200, "{pushed}");
+    let (status, popped) = nodes[consumer].client.get("/pop?topic=ha.zk&timeout=2500").await.expect("pop");
+    assert_eq!(status, 200, "{popped}");
+    assert_eq!(popped["data"][0]["id"], pushed["data"]["id"], "the job falls due after the restart: {popped}");
+    clean_up(nodes, &backends).await;
+}
