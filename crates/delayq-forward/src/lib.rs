@@ -11,6 +11,7 @@
 //! - [`sinks`]: the sinks (log, webhook, RabbitMQ, Kafka) and [`build_sink`].
 //! - [`forwarder`]: the loop that reserves, publishes, finishes or nacks.
 //! - [`metrics`]: the metric names, labelled by `sink`.
+//! - `testsuite` (feature `testsuite`): the conformance checks every sink passes.
 //!
 //! [`DelayQueue`]: delayq_queue::DelayQueue
 
@@ -20,6 +21,8 @@ pub mod metrics;
 pub mod route;
 pub mod sink;
 pub mod sinks;
+#[cfg(feature = "testsuite")]
+pub mod testsuite;
 
 pub use error::SinkError;
 pub use forwarder::run_forwarder;

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use common::{eventually, unique_name, Harness};
+use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::KafkaSink;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -118,4 +119,71 @@ fn properties_delayq_sets_itself_cannot_be_overridden() {
     assert!(error.to_string().contains("acks"), "{error}");
     let error = KafkaSink::new("127.0.0.1:9092", "{topik}", &BTreeMap::new(), Duration::from_secs(1)).err().unwrap();
     assert!(error.to_string().contains("kafka_topic"), "{error}");
+}
+
+/// Records of a topic, read by a consumer thread, as the conformance checks read them.
+struct TopicDestination {
+    records: std::sync::Arc<std::sync::Mutex<Vec<Delivered>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TopicDestination {
+    fn start(bootstrap: &str, topic: &str) -> TopicDestination {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", unique_name("delayq-conformance"))
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .unwrap();
+        consumer.subscribe(&[topic]).unwrap();
+        let records: std::sync::Arc<std::sync::Mutex<Vec<Delivered>>> = Default::default();
+        let stop: std::sync::Arc<std::sync::atomic::AtomicBool> = Default::default();
+        let (sink, stopped) = (records.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) else { continue };
+                let headers = message
+                    .headers()
+                    .map(|all| {
+                        all.iter()
+                            .map(|header| {
+                                let value = header.value.map(|value| String::from_utf8_lossy(value).into_owned());
+                                (header.key.to_owned(), value.unwrap_or_default())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let body = String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned();
+                sink.lock().unwrap().push(Delivered { headers, body });
+            }
+        });
+        TopicDestination { records, stop }
+    }
+}
+
+impl Drop for TopicDestination {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl Destination for TopicDestination {
+    async fn delivered(&self) -> Vec<Delivered> {
+        self.records.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafka_sink_passes_the_conformance_checks() {
+    let cluster = MockCluster::new(1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    cluster.create_topic("conformance.jobs", 1, 1).unwrap();
+    let destination = TopicDestination::start(&bootstrap, "conformance.jobs");
+    let sink = KafkaSink::new(&bootstrap, "{topic}", &BTreeMap::new(), Duration::from_secs(10)).unwrap();
+    testsuite::confirms_every_job_with_its_headers_and_body(&sink, &destination).await;
+    testsuite::an_empty_batch_publishes_nothing(&sink, &destination).await;
+    drop(destination);
+    drop(sink);
+    drop(cluster);
 }

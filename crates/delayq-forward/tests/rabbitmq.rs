@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::{eventually, service, unique_name, Harness};
 use delayq_common::{JobState, Timestamp};
+use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::RabbitSink;
 use futures::StreamExt;
 use lapin::options::{
@@ -340,4 +341,33 @@ async fn finished_ids(harness: &Harness, ids: &[delayq_common::JobId]) -> HashSe
         }
     }
     finished
+}
+
+/// What arrived in a queue, as the conformance checks read it.
+struct QueueDestination(Arc<Mutex<Vec<Arrival>>>);
+
+#[async_trait::async_trait]
+impl Destination for QueueDestination {
+    async fn delivered(&self) -> Vec<Delivered> {
+        let arrivals = self.0.lock().unwrap().clone();
+        arrivals
+            .into_iter()
+            .map(|arrival| Delivered { headers: arrival.headers.into_iter().collect(), body: arrival.body })
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rabbitmq_sink_passes_the_conformance_checks() {
+    let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
+    let broker = Broker::connect(&url).await;
+    let queue = unique_name("delayq-fwd-conformance");
+    broker.declare_queue(&queue).await;
+    let (arrivals, consumer) = broker.consume(&queue).await;
+    let sink = RabbitSink::new(&url, "", &queue, Duration::from_secs(5)).unwrap();
+    let destination = QueueDestination(arrivals);
+    testsuite::confirms_every_job_with_its_headers_and_body(&sink, &destination).await;
+    testsuite::an_empty_batch_publishes_nothing(&sink, &destination).await;
+    consumer.abort();
+    broker.delete_queue(&queue).await;
 }

@@ -13,6 +13,7 @@ use axum::routing::post;
 use axum::Router;
 use common::{eventually, Harness};
 use delayq_common::{JobState, Topic};
+use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::{webhook_signature, WebhookSink};
 use serde_json::{json, Value};
 
@@ -159,4 +160,35 @@ async fn an_unreachable_webhook_keeps_the_job_until_it_answers() {
         eventually(Duration::from_secs(10), || async { harness.state(&ids[0]).await == JobState::Finished }).await;
     assert!(finished, "delivered once the endpoint is up (204 is a 2xx)");
     assert_eq!(received.lock().unwrap().len(), 1);
+}
+
+/// What the endpoint received, as the conformance checks read it.
+struct EndpointDestination(Arc<Mutex<Vec<Received>>>);
+
+#[async_trait::async_trait]
+impl Destination for EndpointDestination {
+    async fn delivered(&self) -> Vec<Delivered> {
+        let received = self.0.lock().unwrap().clone();
+        received
+            .iter()
+            .map(|request| {
+                let job: Value = serde_json::from_slice(&request.body).unwrap();
+                let headers = request
+                    .headers
+                    .iter()
+                    .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or_default().to_owned()))
+                    .collect();
+                Delivered { headers, body: job["body"].as_str().unwrap_or_default().to_owned() }
+            })
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_sink_passes_the_conformance_checks() {
+    let (url, received) = start_endpoint(vec![StatusCode::OK]).await;
+    let sink = webhook(&url, None);
+    let destination = EndpointDestination(received);
+    testsuite::confirms_every_job_with_its_headers_and_body(sink.as_ref(), &destination).await;
+    testsuite::an_empty_batch_publishes_nothing(sink.as_ref(), &destination).await;
 }

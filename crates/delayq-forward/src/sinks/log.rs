@@ -31,3 +31,17 @@ impl Sink for LogSink {
         jobs.iter().map(|_| Ok(())).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::tests::job;
+
+    #[tokio::test]
+    async fn confirms_every_job() {
+        let jobs = [job("1", "t", None), job("2", "t", Some("s"))];
+        let outcomes = LogSink::new().publish(&jobs).await;
+        assert_eq!(outcomes, [Ok(()), Ok(())]);
+        assert!(LogSink::new().publish(&[]).await.is_empty());
+    }
+}
