@@ -6,7 +6,7 @@ use std::sync::Arc;
 use delayq_controller::{Role as ApiRole, RoleInfo, RoleProvider};
 use delayq_forward::{run_forwarder, RouteTable};
 use delayq_ha::{Leadership, Role, RoleKind};
-use delayq_queue::{run_timer_fenced, DelayQueue};
+use delayq_queue::{run_recovery, run_timer_fenced, DelayQueue, RecoveryOptions};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -71,6 +71,9 @@ fn start_term(
     let token = stop.clone();
     let fence = Arc::clone(&leadership);
     tasks.push(tokio::spawn(run_timer_fenced(Arc::clone(&queue), token, move || fence.holds_leadership(epoch))));
+    let recovery_fence = Arc::clone(&leadership);
+    let still_leading = move || recovery_fence.holds_leadership(epoch);
+    tasks.push(tokio::spawn(run_recovery(Arc::clone(&queue), stop.clone(), still_leading, RecoveryOptions::default())));
     tasks.push(tokio::spawn(run_forwarder(Arc::clone(&queue), routes, stop.clone())));
     Term { epoch, stop, tasks }
 }
