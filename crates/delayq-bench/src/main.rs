@@ -10,7 +10,8 @@
 //! - `prng`: mulberry32, uniform delays and the Fisher–Yates order.
 //! - `body`, `pushers`: job bodies and the pre-serialized producer slots.
 //! - `consumers`: long-polling receive slots, receipts and the finishers.
-//! - `workload_push`, `workload_lateness`, `workload_memory`, `workload_burst`: one per workload.
+//! - `workload_push`, `workload_lateness`, `workload_memory`, `workload_burst`: one per workload;
+//!   `workload_ceiling`: the Redis-only baseline the push numbers are divided by.
 //! - `client`: the HTTP client; `procstat`: `/proc` and Redis `INFO` readings.
 //! - `report`: percentiles, tables, the median (min–max) summary and the JSON file.
 
@@ -24,6 +25,7 @@ mod procstat;
 mod pushers;
 mod report;
 mod workload_burst;
+mod workload_ceiling;
 mod workload_lateness;
 mod workload_memory;
 mod workload_push;
@@ -58,6 +60,8 @@ enum Workload {
     Memory(WorkloadArgs<workload_memory::MemoryArgs>),
     /// W4: N jobs due at one instant, drained by consumers.
     Burst(WorkloadArgs<workload_burst::BurstArgs>),
+    /// The baseline: Redis alone, one Lua HSET+ZADD per job (no delayq involved).
+    Ceiling(WorkloadArgs<workload_ceiling::CeilingArgs>),
 }
 
 /// A workload's own flags plus the flags every workload shares.
@@ -115,6 +119,7 @@ impl Workload {
             Workload::Lateness(_) => "lateness",
             Workload::Memory(_) => "memory",
             Workload::Burst(_) => "burst",
+            Workload::Ceiling(_) => "ceiling",
         }
     }
 
@@ -124,6 +129,7 @@ impl Workload {
             Workload::Lateness(args) => &args.common,
             Workload::Memory(args) => &args.common,
             Workload::Burst(args) => &args.common,
+            Workload::Ceiling(args) => &args.common,
         }
     }
 
@@ -133,6 +139,7 @@ impl Workload {
             Workload::Lateness(args) => serde_json::to_value(args),
             Workload::Memory(args) => serde_json::to_value(args),
             Workload::Burst(args) => serde_json::to_value(args),
+            Workload::Ceiling(args) => serde_json::to_value(args),
         };
         params.unwrap_or(serde_json::Value::Null)
     }
@@ -143,6 +150,7 @@ impl Workload {
             Workload::Lateness(args) => workload_lateness::run(&args.workload, context, topic).await,
             Workload::Memory(args) => workload_memory::run(&args.workload, context, topic).await,
             Workload::Burst(args) => workload_burst::run(&args.workload, context, topic).await,
+            Workload::Ceiling(args) => workload_ceiling::run(&args.workload, topic).await,
         }
     }
 }
