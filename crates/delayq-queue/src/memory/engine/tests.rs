@@ -234,19 +234,25 @@ fn touch_rearms_the_deadline() {
 }
 
 #[test]
-fn restore_adds_once_and_brings_reserved_jobs_back_ready() {
+fn restore_adds_once_and_keeps_reservations_until_their_deadline() {
     let mut engine = Engine::default();
     let mut stored = job("j", "t", at(0));
     stored.state = JobState::Reserved;
-    stored.attempt = 3;
+    stored.attempt = 1;
+    stored.updated_at = at(5);
     assert!(engine.restore(&stored, at(10)));
     assert!(!engine.restore(&stored, at(11)));
     let mut dead = job("dead", "t", at(0));
     dead.state = JobState::Dead;
     assert!(!engine.restore(&dead, at(11)), "ended jobs are not live");
     let back = engine.get(&id("j")).expect("held");
-    assert_eq!((back.state, back.attempt), (JobState::Ready, 3));
-    assert_eq!(engine.reserve(&topic("t"), 10, at(12)).len(), 1);
+    assert_eq!((back.state, back.attempt), (JobState::Reserved, 1));
+    assert!(engine.reserve(&topic("t"), 10, at(12)).is_empty(), "still reserved by its consumer");
+    // The ttr (100 ms) runs from the reservation at 5.
+    assert!(engine.promote(at(104), 10).changed.is_empty(), "not before the deadline");
+    let redelivered = engine.promote(at(105), 10).changed;
+    assert_eq!(redelivered.iter().map(|job| (job.state, job.attempt)).collect::<Vec<_>>(), [(JobState::Ready, 2)]);
+    assert_eq!(engine.reserve(&topic("t"), 10, at(106)).len(), 1);
     assert_consistent(&engine);
 }
 
