@@ -621,6 +621,7 @@ async fn refusals<F: Face>(face: &F, tag: &str, t: &mut Transcript) {
         "jobId may only contain A-Z a-z 0-9 . _ : -",
     );
     t.refused("finish without id", face.finish("", None).await, Kind::Invalid, "jobId is required");
+    t.refused("get bad id", face.get("a b").await, Kind::Invalid, "id may only contain A-Z a-z 0-9 . _ : -");
     let nack = face.nack(&format!("{tag}-nope"), Some(-1)).await;
     t.refused("nack negative delay", nack, Kind::Invalid, "delay must be >= 0");
 
@@ -778,14 +779,14 @@ async fn nack_with_delay<F: Face>(face: &F, tag: &str, t: &mut Transcript) {
 async fn touch_extends_ttr<F: Face>(face: &F, tag: &str, t: &mut Transcript) {
     let topic = format!("{tag}.touch");
     let id = format!("{tag}-touch");
-    let job = NewJob { ttr_ms: Some(3_000), ..NewJob::new(&topic, "t").id(&id) };
-    t.ok("push ttr 3 s", face.push(&job).await);
+    let job = NewJob { ttr_ms: Some(5_000), ..NewJob::new(&topic, "t").id(&id) };
+    t.ok("push ttr 5 s", face.push(&job).await);
     let popped = t.ok("pop touch", face.pop(&topic, Some(1), Some(5_000)).await);
     t.note("popped with its ttr", popped.iter().map(|job| (job.attempt, job.ttr_ms)).collect::<Vec<_>>());
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
     t.ok("touch", face.touch(&id).await);
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
-    // 4 s after the pop, 2 s after the touch: still reserved, first delivery.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    // 6 s after the pop (1 s past its first ttr), 3 s after the touch: still reserved, first delivery.
     let details = t.ok("get touched", face.get(&id).await);
     t.note("still reserved", (&details.state, details.attempt));
     assert_eq!((details.state.as_str(), details.attempt), ("reserved", 1), "[{}] touch did not extend", face.name());

@@ -64,10 +64,15 @@ fn push_json(request: &pb::PushRequest) -> Value {
 
 /// Returns a job id given in a request; empty means absent.
 pub(crate) fn optional_job_id(value: &str) -> Result<Option<JobId>, Status> {
+    optional_job_id_named("jobId", value)
+}
+
+/// Returns a job id given in a request, naming it `name` (the REST name of the field) when refused.
+pub(crate) fn optional_job_id_named(name: &'static str, value: &str) -> Result<Option<JobId>, Status> {
     if value.is_empty() {
         return Ok(None);
     }
-    JobId::parse(value).map(Some).map_err(|refused| invalid_field(InvalidField::new("jobId", refused.reason)))
+    JobId::parse(value).map(Some).map_err(|refused| invalid_field(InvalidField::new(name, refused.reason)))
 }
 
 /// Returns the required job id of a request.
@@ -286,6 +291,10 @@ mod tests {
         assert_eq!(
             job_id("a b").map_err(code_and_message),
             Err((Code::InvalidArgument, "jobId may only contain A-Z a-z 0-9 . _ : -".into()))
+        );
+        assert_eq!(
+            optional_job_id_named("id", "a b").map_err(code_and_message),
+            Err((Code::InvalidArgument, "id may only contain A-Z a-z 0-9 . _ : -".into()))
         );
         assert_eq!(integer_in("count", None, 1, 100, 1).ok(), Some(1));
         assert_eq!(integer_in("count", Some(100), 1, 100, 1).ok(), Some(100));

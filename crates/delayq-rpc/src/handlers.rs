@@ -11,7 +11,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Access, Tokens};
-use crate::convert::{self, full_job, history_entry, job_id, optional_job_id, parse_push, reserved_job, topic};
+use crate::convert::{self, full_job, history_entry, job_id, optional_job_id_named, parse_push, reserved_job, topic};
 use crate::pb::v1 as pb;
 use crate::pb::v1::delay_queue_service_server::DelayQueueService;
 use crate::status::{invalid, invalid_field, job_not_found, not_reserved, queue_code_and_message, queue_status};
@@ -45,9 +45,10 @@ impl RpcServer {
         Ok(request.into_inner())
     }
 
-    /// Resolves the job named by an id, or else by topic and business key.
-    async fn target(&self, id: &str, topic: &str, biz_key: &str) -> Result<JobId, Status> {
-        if let Some(id) = optional_job_id(id)? {
+    /// Resolves the job named by an id, or else by topic and business key; `id_name` is
+    /// the REST name of the id (`jobId` of `/delete`, `id` of `/jobs/{id}`).
+    async fn target(&self, id_name: &'static str, id: &str, topic: &str, biz_key: &str) -> Result<JobId, Status> {
+        if let Some(id) = optional_job_id_named(id_name, id)? {
             return Ok(id);
         }
         if topic.is_empty() && biz_key.is_empty() {
@@ -100,7 +101,7 @@ impl DelayQueueService for RpcServer {
 
     async fn delete(&self, request: Request<pb::DeleteRequest>) -> Result<Response<pb::DeleteReply>, Status> {
         let request = self.user(request)?;
-        let id = self.target(&request.id, &request.topic, &request.biz_key).await?;
+        let id = self.target("jobId", &request.id, &request.topic, &request.biz_key).await?;
         self.queue.delete(&id).await.map_err(queue_status)?;
         self.subscriptions.released(&id);
         Ok(Response::new(pb::DeleteReply { id: id.into() }))
@@ -145,7 +146,7 @@ impl DelayQueueService for RpcServer {
 
     async fn get_job(&self, request: Request<pb::GetJobRequest>) -> Result<Response<pb::GetJobReply>, Status> {
         let request = self.user(request)?;
-        let id = self.target(&request.id, &request.topic, &request.biz_key).await?;
+        let id = self.target("id", &request.id, &request.topic, &request.biz_key).await?;
         let details = self.queue.get(&id).await.map_err(|error| job_not_found(error, &id))?;
         let history = details.history.into_iter().map(history_entry).collect();
         Ok(Response::new(pb::GetJobReply { job: Some(full_job(details.job)), history }))
