@@ -12,8 +12,10 @@
 //!
 //! Restore never duplicates a job (the scheduler adds only jobs it does not
 //! hold) and never brings back a finished or deleted one: those are ended in
-//! the store first, and restore re-reads the store after adding jobs and
-//! takes out any that ended meanwhile.
+//! the store first; restore reads each page of the store and adds what the
+//! scheduler lacks while no operation of this process that ends a job is
+//! under way, then re-reads the store and takes out any job another node
+//! ended meanwhile.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +24,7 @@ use delayq_common::{
     InvalidField, Job, JobDefaults, JobId, JobState, Limits, PushRequest, RetryPolicy, Snowflake, Timestamp, Topic,
 };
 use delayq_store::{JobStore, ListCursor, LogEntry, StateChange, StateCount};
-use tokio::sync::RwLock;
+use tokio::sync::{RwLock, RwLockWriteGuard};
 use tracing::{info, instrument, warn};
 
 use crate::error::{QueueError, QueueResult};
@@ -110,10 +112,13 @@ pub struct DelayQueue {
     store: Arc<dyn JobStore>,
     ids: Snowflake,
     settings: QueueSettings,
-    /// Held (shared) by a timer round from the scheduler call until its
-    /// changes are handed to the journal; restore takes it exclusively so that
-    /// every change it may have observed in the scheduler is journaled first.
-    promotions: RwLock<()>,
+    /// Held shared by every operation that ends or moves a job in the store
+    /// and then in the scheduler (finish, nack, delete, clearAll), and by a
+    /// timer round until its changes are handed to the journal. Restore holds
+    /// it exclusively while it reads a page of the store and adds what the
+    /// scheduler lacks, so none of these falls between its read and its write
+    /// (which would bring an ended job back).
+    transitions: RwLock<()>,
 }
 
 impl DelayQueue {
@@ -124,7 +129,7 @@ impl DelayQueue {
         ids: Snowflake,
         settings: QueueSettings,
     ) -> DelayQueue {
-        DelayQueue { scheduler, store, ids, settings, promotions: RwLock::new(()) }
+        DelayQueue { scheduler, store, ids, settings, transitions: RwLock::new(()) }
     }
 
     /// Returns the configured settings.
@@ -252,6 +257,7 @@ impl DelayQueue {
     /// Acknowledges a reserved job, storing the consumer's result.
     #[instrument(skip(self, result))]
     pub async fn finish(&self, id: &JobId, result: Option<String>) -> QueueResult<Job> {
+        let _transition = self.transitions.read().await;
         let (mut job, _held) = self.live_job_or_stored(id).await?;
         require_reserved(&job)?;
         let now = Timestamp::now();
@@ -273,6 +279,7 @@ impl DelayQueue {
     /// Gives a reserved job back for a retry after `delay` (or its backoff).
     #[instrument(skip(self))]
     pub async fn nack(&self, id: &JobId, delay: Option<Duration>) -> QueueResult<Job> {
+        let _transition = self.transitions.read().await;
         let (job, held) = self.live_job_or_stored(id).await?;
         require_reserved(&job)?;
         let delay = delay.unwrap_or_else(|| job.backoff(&self.settings.retry));
@@ -309,6 +316,7 @@ impl DelayQueue {
     /// Cancels a live job in any state.
     #[instrument(skip(self))]
     pub async fn delete(&self, id: &JobId) -> QueueResult<Job> {
+        let _transition = self.transitions.read().await;
         let mut job = match self.scheduler.get(id).await? {
             Some(job) => job,
             // The scheduler may have lost it (restart, outage): the store decides.
@@ -392,6 +400,7 @@ impl DelayQueue {
 
     /// Schedules one job again from the store.
     pub async fn restore_job(&self, id: &JobId) -> QueueResult<Job> {
+        let _exclusive = self.exclusive_with_journal().await?;
         let Some(job) = self.store.get(id).await? else {
             return Err(QueueError::NotFound(id.clone()));
         };
@@ -399,7 +408,7 @@ impl DelayQueue {
             return Err(QueueError::WrongState { id: id.clone(), state: job.state });
         }
         if self.scheduler.restore(&job).await? {
-            self.journal_barrier().await?;
+            // Another node may have ended it meanwhile.
             match self.store.get(id).await? {
                 Some(now_stored) if now_stored.state.is_live() => queue_metrics::record_restored(1),
                 now_stored => {
@@ -420,6 +429,7 @@ impl DelayQueue {
         let mut after: Option<JobId> = None;
         let mut outcome = Restored::default();
         loop {
+            let _exclusive = self.exclusive_with_journal().await?;
             let page = self.store.live_jobs(after.as_ref(), batch).await?;
             let Some(last) = page.last() else { break };
             let next_after = last.id.clone();
@@ -440,12 +450,12 @@ impl DelayQueue {
     }
 
     /// Takes out of the scheduler the `added` jobs (restored from the page of
-    /// live jobs after `after`) that the store no longer calls live; returns how many.
+    /// live jobs after `after`) that the store no longer calls live: another
+    /// node ended them between the page read and the scheduler write. Returns how many.
     async fn forget_ended(&self, after: Option<&JobId>, batch: usize, added: &[&Job]) -> QueueResult<usize> {
         if added.is_empty() {
             return Ok(0);
         }
-        self.journal_barrier().await?;
         let again = self.store.live_jobs(after, batch).await?;
         let whole_range = again.len() < batch;
         let still_live: std::collections::HashSet<&JobId> = again.iter().map(|job| &job.id).collect();
@@ -471,18 +481,19 @@ impl DelayQueue {
         Ok(ended)
     }
 
-    /// Waits until every scheduler change this process may have observed is
-    /// committed to the store: timer rounds in flight have handed their changes
-    /// to the journal, and the journal is flushed.
-    async fn journal_barrier(&self) -> QueueResult<()> {
-        drop(self.promotions.write().await);
+    /// Takes [`DelayQueue::transitions`] exclusively and flushes the journal:
+    /// while the guard lives, the store holds every change this process made
+    /// (timer rounds included) and none is under way.
+    async fn exclusive_with_journal(&self) -> QueueResult<RwLockWriteGuard<'_, ()>> {
+        let exclusive = self.transitions.write().await;
         self.store.flush().await?;
-        Ok(())
+        Ok(exclusive)
     }
 
     /// Deletes every live job; returns how many there were.
     #[instrument(skip(self))]
     pub async fn clear_all(&self) -> QueueResult<u64> {
+        let _transition = self.transitions.read().await;
         let deleted = self.store.delete_all_live(Timestamp::now()).await?;
         let cleared = self.scheduler.clear().await?;
         warn!(deleted = deleted.len(), cleared, "cleared every live job");
@@ -491,7 +502,7 @@ impl DelayQueue {
 
     /// Runs one timer round at `now` and journals what changed.
     pub async fn promote_due(&self, now: Timestamp) -> QueueResult<Promotion> {
-        let _promoting = self.promotions.read().await;
+        let _transition = self.transitions.read().await;
         let promotion = self.scheduler.promote_due(now, self.settings.promote_batch).await?;
         if !promotion.changed.is_empty() {
             queue_metrics::record_promotion(&promotion.changed);

@@ -1,0 +1,161 @@
+//! `DelayQueue` restore over a real store (SQLite in a temp dir): idempotent,
+//! safe while the timer and consumers run, never bringing back an ended job;
+//! and the finish of a job the scheduler lost is answered from the store.
+//! Runs on the memory scheduler, and on Redis when `DELAYQ_TEST_REDIS_URL` is set.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_common::{Due, JobId, JobState, PushRequest, Snowflake, Timestamp, Topic};
+use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueError, QueueSettings, RedisScheduler, Scheduler};
+use delayq_store::SqliteStore;
+use tokio_util::sync::CancellationToken;
+
+const JOBS: usize = 300;
+
+fn unique(stem: &str) -> String {
+    format!("{stem}-{}-{}", std::process::id(), Timestamp::now().as_millis())
+}
+
+async fn redis(prefix: &str) -> Option<Arc<dyn Scheduler>> {
+    match std::env::var("DELAYQ_TEST_REDIS_URL") {
+        Ok(url) if !url.is_empty() => {
+            let options = delayq_queue::RedisSchedulerOptions {
+                prefix: prefix.to_owned(),
+                ..delayq_queue::RedisSchedulerOptions::default()
+            };
+            Some(Arc::new(RedisScheduler::connect(&url, options).await.expect("connect to redis")))
+        }
+        _ => {
+            assert!(
+                std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "DELAYQ_TEST_REDIS_URL is not set but DELAYQ_TEST_REQUIRE_SERVICES=1"
+            );
+            println!("skipped: DELAYQ_TEST_REDIS_URL not set");
+            None
+        }
+    }
+}
+
+async fn queue_over(scheduler: Arc<dyn Scheduler>, dir: &tempfile::TempDir) -> Arc<DelayQueue> {
+    let store = SqliteStore::open_in(dir.path(), "restore-test".to_owned()).await.expect("sqlite store");
+    // Small pages, so a restore walks many of them.
+    let settings = QueueSettings { restore_batch: 37, ..QueueSettings::default() };
+    Arc::new(DelayQueue::new(scheduler, Arc::new(store), Snowflake::new(7), settings))
+}
+
+fn push(topic: &Topic, id: Option<&str>, delay: Duration) -> PushRequest {
+    PushRequest {
+        id: id.map(|id| JobId::parse(id).expect("valid id")),
+        topic: topic.clone(),
+        body: "payload".to_owned(),
+        due: Due::Delay(delay),
+        create_time: None,
+        ttr: Some(Duration::from_secs(30)),
+        priority: None,
+        max_retries: None,
+        retry_backoff: Vec::new(),
+        ttl: Duration::ZERO,
+        subtopic: None,
+        biz_key: None,
+        replace: false,
+    }
+}
+
+/// Restores run over and over while the timer promotes and a consumer pops and
+/// finishes: every job is delivered exactly once, and nothing ended comes back.
+async fn restore_while_consuming(queue: Arc<DelayQueue>) {
+    let topic = Topic::parse(unique("restore.busy")).expect("topic");
+    let cancel = CancellationToken::new();
+    let timer = tokio::spawn(run_timer(Arc::clone(&queue), cancel.clone()));
+    for index in 0..JOBS {
+        let delay = Duration::from_millis((index % 10) as u64 * 50);
+        queue.push(push(&topic, None, delay)).await.expect("push");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let restorer = {
+        let (queue, stop) = (Arc::clone(&queue), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut rounds = 0;
+            while !stop.load(Ordering::SeqCst) {
+                queue.restore(false).await.expect("restore");
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let mut deliveries: HashMap<JobId, u32> = HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while deliveries.len() < JOBS {
+        assert!(tokio::time::Instant::now() < deadline, "only {} of {JOBS} delivered", deliveries.len());
+        let jobs = queue.pop(&topic, 7, Duration::from_millis(100)).await.expect("pop");
+        for job in jobs {
+            *deliveries.entry(job.id.clone()).or_default() += 1;
+            queue.finish(&job.id, None).await.expect("finish");
+        }
+    }
+    // Restores keep running a little longer: a finished job must not come back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late = queue.pop(&topic, 100, Duration::from_millis(300)).await.expect("pop");
+    stop.store(true, Ordering::SeqCst);
+    let rounds = restorer.await.expect("restorer");
+    assert!(rounds > 2, "restore ran during the deliveries ({rounds} rounds)");
+    assert!(late.is_empty(), "ended jobs came back: {late:?}");
+    let twice: Vec<_> = deliveries.iter().filter(|(_, count)| **count > 1).collect();
+    assert!(twice.is_empty(), "delivered twice: {twice:?}");
+    assert_eq!(queue.reconcile().await.expect("reconcile"), 0, "nothing live is missing");
+
+    // A deleted job stays deleted.
+    let doomed = queue.push(push(&topic, Some(&unique("doomed")), Duration::from_secs(60))).await.expect("push");
+    queue.delete(&doomed.id).await.expect("delete");
+    queue.restore(false).await.expect("restore");
+    assert_eq!(queue.scheduler().get(&doomed.id).await.expect("get"), None, "restore brought a deleted job back");
+    let again = queue.restore_job(&doomed.id).await;
+    assert!(matches!(again, Err(QueueError::WrongState { state: JobState::Deleted, .. })), "{again:?}");
+    cancel.cancel();
+    timer.await.expect("timer");
+}
+
+/// The scheduler loses a reserved job: its consumer's finish is answered from
+/// the store, and a later restore does not bring it back.
+async fn finish_after_the_scheduler_lost_the_job(queue: Arc<DelayQueue>) {
+    let topic = Topic::parse(unique("restore.lost")).expect("topic");
+    let pushed = queue.push(push(&topic, None, Duration::ZERO)).await.expect("push");
+    queue.promote_due(Timestamp::now()).await.expect("promote");
+    let popped = queue.pop(&topic, 1, Duration::from_secs(2)).await.expect("pop");
+    assert_eq!(popped.iter().map(|job| &job.id).collect::<Vec<_>>(), [&pushed.id]);
+    // The scheduler forgets it (as an emptied Redis would).
+    queue.scheduler().delete(&pushed.id).await.expect("forget");
+    let finished = queue.finish(&pushed.id, Some("done".to_owned())).await.expect("finish from the store");
+    assert_eq!(finished.state, JobState::Finished);
+    queue.restore(false).await.expect("restore");
+    assert_eq!(queue.scheduler().get(&pushed.id).await.expect("get"), None, "a finished job is not restored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_restore_while_consuming() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    restore_while_consuming(queue_over(Arc::new(MemoryScheduler::new()), &dir).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_finish_after_the_scheduler_lost_the_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    finish_after_the_scheduler_lost_the_job(queue_over(Arc::new(MemoryScheduler::new()), &dir).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restore_while_consuming() {
+    let Some(scheduler) = redis(&unique("dqtest:restore")).await else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    restore_while_consuming(queue_over(scheduler, &dir).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_finish_after_the_scheduler_lost_the_job() {
+    let Some(scheduler) = redis(&unique("dqtest:lost")).await else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    finish_after_the_scheduler_lost_the_job(queue_over(scheduler, &dir).await).await;
+}
