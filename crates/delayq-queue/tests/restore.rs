@@ -1,6 +1,6 @@
 //! `DelayQueue` restore over a real store (SQLite in a temp dir): idempotent,
 //! safe while the timer and consumers run, never bringing back an ended job;
-//! and the finish of a job the scheduler lost is answered from the store.
+//! and the finish or nack of a job the scheduler lost is answered from the store.
 //! Runs on the memory scheduler, and on Redis when `DELAYQ_TEST_REDIS_URL` is set.
 
 use std::collections::HashMap;
@@ -132,6 +132,17 @@ async fn finish_after_the_scheduler_lost_the_job(queue: Arc<DelayQueue>) {
     assert_eq!(finished.state, JobState::Finished);
     queue.restore(false).await.expect("restore");
     assert_eq!(queue.scheduler().get(&pushed.id).await.expect("get"), None, "a finished job is not restored");
+
+    // A nack of a lost job puts it back for its retry.
+    let second = queue.push(push(&topic, None, Duration::ZERO)).await.expect("push");
+    queue.promote_due(Timestamp::now()).await.expect("promote");
+    let popped = queue.pop(&topic, 1, Duration::from_secs(2)).await.expect("pop");
+    assert_eq!(popped.iter().map(|job| &job.id).collect::<Vec<_>>(), [&second.id]);
+    queue.scheduler().delete(&second.id).await.expect("forget");
+    let nacked = queue.nack(&second.id, Some(Duration::ZERO)).await.expect("nack from the store");
+    assert_eq!((nacked.state, nacked.attempt), (JobState::Ready, 2));
+    let retried = queue.pop(&topic, 1, Duration::from_secs(2)).await.expect("pop the retry");
+    assert_eq!(retried.iter().map(|job| (&job.id, job.attempt)).collect::<Vec<_>>(), [(&second.id, 2)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
