@@ -99,7 +99,11 @@ async fn check_scheduler(queue: &DelayQueue, pending: Pending) -> Pending {
     match queue.scheduler().check_intact().await {
         Ok(true) => pending,
         Ok(false) => {
-            warn!(scheduler = queue.scheduler().backend(), "scheduler lost its data, restoring it from the store");
+            // A scheduler never marked before (a new Redis) reads the same way.
+            warn!(
+                scheduler = queue.scheduler().backend(),
+                "scheduler lost its data (or is new), restoring it from the store"
+            );
             queue_metrics::record_data_loss();
             Pending::Restore
         }
