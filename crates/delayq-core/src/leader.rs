@@ -1,10 +1,11 @@
-//! Leader work: the timer runs only while this node leads (or is standalone),
-//! and stops the moment the role signal says otherwise.
+//! Leader work: the timer, recovery and the forwarder run only while this node
+//! leads (or is standalone). They stop when the role signal says otherwise, and
+//! pause while the leader's lease has lapsed (each checks it before every round).
 
 use std::sync::Arc;
 
 use delayq_controller::{Role as ApiRole, RoleInfo, RoleProvider};
-use delayq_forward::{run_forwarder, RouteTable};
+use delayq_forward::{run_forwarder_fenced, RouteTable};
 use delayq_ha::{Leadership, Role, RoleKind};
 use delayq_queue::{run_recovery, run_timer_fenced, DelayQueue, RecoveryOptions};
 use tokio::task::JoinHandle;
@@ -67,6 +68,7 @@ fn start_term(
     stop: CancellationToken,
 ) -> Term {
     info!(epoch, "leader work starts");
+    queue.scheduler().fence(epoch);
     let mut tasks = Vec::new();
     let token = stop.clone();
     let fence = Arc::clone(&leadership);
@@ -74,7 +76,9 @@ fn start_term(
     let recovery_fence = Arc::clone(&leadership);
     let still_leading = move || recovery_fence.holds_leadership(epoch);
     tasks.push(tokio::spawn(run_recovery(Arc::clone(&queue), stop.clone(), still_leading, RecoveryOptions::default())));
-    tasks.push(tokio::spawn(run_forwarder(Arc::clone(&queue), routes, stop.clone())));
+    let forward_fence = Arc::clone(&leadership);
+    let may_forward = move || forward_fence.holds_leadership(epoch);
+    tasks.push(tokio::spawn(run_forwarder_fenced(Arc::clone(&queue), routes, stop.clone(), may_forward)));
     Term { epoch, stop, tasks }
 }
 

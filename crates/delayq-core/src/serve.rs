@@ -21,8 +21,8 @@ use tracing_subscriber::EnvFilter;
 
 use crate::backends::{build_leadership, build_scheduler, build_store};
 use crate::cli::ServeArgs;
-use crate::{forward, leader};
 use crate::node::NodeIdentity;
+use crate::{forward, leader};
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref())?;

@@ -25,6 +25,8 @@ use crate::route::{Route, RouteTable};
 const IDLE_POLL: Duration = Duration::from_millis(50);
 /// The pause after the queue failed to answer (backend down).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
+/// How often a forwarder whose lease lapsed looks whether it was renewed.
+const LEASE_RECHECK: Duration = Duration::from_millis(50);
 /// Batches of one route published at the same time.
 const BATCHES_PER_ROUTE: usize = 4;
 /// Extra time a sink gets past its own timeout before its batch counts as unconfirmed.
@@ -33,6 +35,17 @@ const PUBLISH_GRACE: Duration = Duration::from_secs(5);
 /// Forwards ready jobs of the routed topics until `cancel` fires, then lets
 /// the batches in flight settle.
 pub async fn run_forwarder(queue: Arc<DelayQueue>, routes: Arc<RouteTable>, cancel: CancellationToken) {
+    run_forwarder_fenced(queue, routes, cancel, || true).await;
+}
+
+/// Like [`run_forwarder`], but starts no batch while `holds_leadership` is
+/// false (the leader's lease lapsed); it goes on if the lease is renewed.
+pub async fn run_forwarder_fenced(
+    queue: Arc<DelayQueue>,
+    routes: Arc<RouteTable>,
+    cancel: CancellationToken,
+    holds_leadership: impl Fn() -> bool + Send,
+) {
     if routes.is_empty() {
         return;
     }
@@ -44,6 +57,12 @@ pub async fn run_forwarder(queue: Arc<DelayQueue>, routes: Arc<RouteTable>, canc
             break;
         }
         while in_flight.try_join_next().is_some() {}
+        if !holds_leadership() {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(LEASE_RECHECK) => continue,
+            }
+        }
         let pause = match start_batches(&queue, &routes, &permits, &mut in_flight).await {
             Ok(0) => IDLE_POLL,
             Ok(_) => {

@@ -25,7 +25,7 @@ pub mod sinks;
 pub mod testsuite;
 
 pub use error::SinkError;
-pub use forwarder::run_forwarder;
+pub use forwarder::{run_forwarder, run_forwarder_fenced};
 pub use route::{Route, RouteCounters, RouteTable, TopicPattern};
 pub use sink::{message_headers, Sink, Template};
 pub use sinks::{

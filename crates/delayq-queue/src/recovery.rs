@@ -55,7 +55,7 @@ enum Pending {
     Restore,
 }
 
-/// Runs recovery until `cancel` fires or `holds_leadership` turns false.
+/// Runs recovery until `cancel` fires; does nothing while `holds_leadership` is false.
 pub async fn run_recovery(
     queue: Arc<DelayQueue>,
     cancel: CancellationToken,
@@ -70,7 +70,11 @@ pub async fn run_recovery(
     let mut next_reconcile = Instant::now();
     loop {
         if !holds_leadership() {
-            return;
+            // The lease lapsed: nothing until it is renewed or the term ends.
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(crate::timer::LEASE_RECHECK) => continue,
+            }
         }
         pending = check_scheduler(&queue, pending).await;
         if pending == Pending::Restore {

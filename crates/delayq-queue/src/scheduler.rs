@@ -140,6 +140,14 @@ pub trait Scheduler: Send + Sync + 'static {
     /// ready, expired reservations to ready or dead, stale ready jobs to expired.
     async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion>;
 
+    /// Marks this node's timer rounds with its leader `epoch` (terms are numbered
+    /// upwards). A backend shared by several nodes records the highest epoch it
+    /// has seen and refuses rounds of a lower one, so a stale leader cannot
+    /// promote once its successor has. In-process backends ignore it.
+    fn fence(&self, epoch: u64) {
+        let _ = epoch;
+    }
+
     /// Returns the signal raised when a job due sooner than the last reported
     /// `next_due` may have arrived; the timer waits on it.
     fn wakeup(&self) -> Arc<Notify>;

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use delayq_common::Timestamp;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::service::DelayQueue;
 
 /// The longest the timer sleeps without looking, a guard against clock jumps.
 const MAX_IDLE: Duration = Duration::from_secs(5);
+/// How often a timer whose lease lapsed looks whether it was renewed.
+pub(crate) const LEASE_RECHECK: Duration = Duration::from_millis(50);
 /// The pause after a failed round (backend down) before trying again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
@@ -20,18 +22,31 @@ pub async fn run_timer(queue: Arc<DelayQueue>, cancel: CancellationToken) {
     run_timer_fenced(queue, cancel, || true).await;
 }
 
-/// Runs the timer until `cancel` fires or `holds_leadership` turns false
-/// (checked before every round, so a node that lost its lease stops at once).
+/// Runs the timer until `cancel` fires. `holds_leadership` is checked before
+/// every round: while it is false (the lease lapsed) the timer promotes
+/// nothing, and it resumes if the lease is renewed for the same term; a lost
+/// term ends through `cancel`.
 pub async fn run_timer_fenced(
     queue: Arc<DelayQueue>,
     cancel: CancellationToken,
     holds_leadership: impl Fn() -> bool + Send,
 ) {
     let wakeup = queue.scheduler().wakeup();
+    let mut paused = false;
     loop {
         if !holds_leadership() {
-            warn!("leadership lost, timer stops");
-            return;
+            if !paused {
+                warn!("leadership lease lapsed, timer pauses until it is renewed");
+                paused = true;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(LEASE_RECHECK) => continue,
+            }
+        }
+        if paused {
+            info!("leadership lease renewed, timer resumes");
+            paused = false;
         }
         // Register interest before looking, so a push that lands during the
         // round is not missed.

@@ -122,6 +122,49 @@ async fn nodes_signal_each_other() {
     println!("long-poll wakeup across nodes after {waited:?}");
 }
 
+/// A stale leader's timer rounds are refused once a newer term promoted, so it
+/// cannot promote a job its successor already handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_leader_is_fenced() {
+    let Some(url) = service_url(URL_VARIABLE) else { return };
+    let prefix = unique_prefix();
+    let old_leader = connect(&url, &prefix).await;
+    let new_leader = connect(&url, &prefix).await;
+    let queue = topic("fenced");
+    old_leader.fence(5);
+    old_leader.promote_due(Timestamp::now(), 100).await.expect("the only leader promotes");
+
+    new_leader.fence(7);
+    new_leader.promote_due(Timestamp::now(), 100).await.expect("the newer term promotes");
+    let soon = Timestamp::now().plus(Duration::from_millis(300));
+    new_leader.schedule(&job("200", &queue, soon, 10)).await.expect("schedule a job due soon");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A round only calls the shards it knows are due (all of them once a second):
+    // within a few rounds the stale term reaches the job's shard and is refused there.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let refused = loop {
+        match old_leader.promote_due(Timestamp::now(), 100).await {
+            Ok(round) => assert!(round.changed.is_empty(), "the stale term promoted {:?}", round.changed),
+            Err(error) => break error,
+        }
+        assert!(Instant::now() < deadline, "the stale term was never refused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        matches!(&refused, QueueError::Unavailable { source, .. } if format!("{source:?}").contains("FENCED")),
+        "the stale term is refused: {refused:?}"
+    );
+    let promoted = new_leader.promote_due(Timestamp::now(), 100).await.expect("the newer term promotes");
+    assert_eq!(promoted.changed.iter().map(|job| job.id.as_str()).collect::<Vec<_>>(), ["200"]);
+
+    // Clearing the queue keeps the fence; a node that becomes leader again in a later term promotes.
+    old_leader.clear().await.expect("clear");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(old_leader.promote_due(Timestamp::now(), 100).await.is_err(), "the fence survives clear");
+    old_leader.fence(9);
+    old_leader.promote_due(Timestamp::now(), 100).await.expect("a later term promotes");
+}
+
 /// A private `redis-server` on a free port, killed when dropped.
 struct RedisProcess {
     child: Child,

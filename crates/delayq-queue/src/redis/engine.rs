@@ -1,7 +1,7 @@
 //! The calls of the Redis scheduler on one shard: each is one script run
 //! (atomic in Redis), with its arguments built and its reply read here.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,8 @@ pub(super) struct Engine {
     pub(super) signals: Arc<Signals>,
     /// Where the next cross-shard walk starts, so no shard is always last.
     rotation: AtomicUsize,
+    /// The leader epoch promote rounds carry (0: none).
+    pub(super) fence: AtomicU64,
 }
 
 /// Where jobs handed to the schedule script come from.
@@ -55,7 +57,16 @@ impl Engine {
         timeout: Duration,
         signals: Arc<Signals>,
     ) -> Engine {
-        Engine { connection, scripts: Scripts::new(), shards, prefix, timeout, signals, rotation: AtomicUsize::new(0) }
+        Engine {
+            connection,
+            scripts: Scripts::new(),
+            shards,
+            prefix,
+            timeout,
+            signals,
+            rotation: AtomicUsize::new(0),
+            fence: AtomicU64::new(0),
+        }
     }
 
     /// Returns the shard of `id`.
@@ -198,7 +209,7 @@ impl Engine {
         limit: usize,
     ) -> QueueResult<(Vec<Job>, Option<u64>)> {
         let mut invocation = self.invocation(&self.scripts.promote, shard, now);
-        invocation.arg(limit);
+        invocation.arg(limit).arg(self.fence.load(Ordering::Acquire));
         let reply = self.run(&invocation).await?;
         let parse = || -> Result<(Vec<Job>, Option<u64>), CodecError> {
             let mut items = reply::array(reply)?.into_iter();

@@ -316,6 +316,10 @@ impl Scheduler for RedisScheduler {
         Ok(promotion)
     }
 
+    fn fence(&self, epoch: u64) {
+        self.engine.fence.fetch_max(epoch, std::sync::atomic::Ordering::AcqRel);
+    }
+
     fn wakeup(&self) -> Arc<Notify> {
         Arc::clone(&self.engine.signals.timer)
     }

@@ -7,10 +7,13 @@ for _, field in ipairs(fields) do
   end
 end
 local held = redis.call('HLEN', J)
--- The data epoch stays: clearing is not a loss of data (mark.lua).
-local epoch = redis.call('HGET', M, '@epoch')
+-- The data epoch stays: clearing is not a loss of data (mark.lua); so does the leader fence.
+local kept_fields = { '@epoch', '@fence', '@fence_at' }
+local kept = redis.call('HMGET', M, unpack(kept_fields))
 redis.call('DEL', J, D, M)
-if epoch then
-  redis.call('HSET', M, '@epoch', epoch)
+for i, field in ipairs(kept_fields) do
+  if kept[i] then
+    redis.call('HSET', M, field, kept[i])
+  end
 end
 return held

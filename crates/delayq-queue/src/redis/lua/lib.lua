@@ -14,6 +14,8 @@
 --                                           by promote, lowered by every instant that publishes a wake)
 --                          @epoch           the data epoch of <prefix>:meta the shard was marked
 --                                           with (mark.lua); its absence means the shard lost its data
+--                          @fence @fence_at the highest leader epoch a promote round carried,
+--                                           and when (promote.lua)
 --                          ('#' and '@' are outside the topic charset, so fields never collide)
 -- Ready queues {p:s}:r:<topic> (ZSET, score = priority * 2^43 + run_at) are derived from KEYS[1]
 -- and share its hash tag.

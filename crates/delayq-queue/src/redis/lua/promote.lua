@@ -5,9 +5,26 @@
 --   ready    -> expired (removed): its ttl passed unpopped
 -- KEYS: the common three (lib.lua).
 -- ARGV[5] the most entries to apply (0: only report the next due instant)
+-- ARGV[6] the caller's leader epoch (0: not fenced). Rounds record it in M ('@fence',
+--         '@fence_at'); a round carrying a lower epoch than one recorded in the last
+--         FENCE_HOLD ms is refused, so a stale leader cannot promote after its successor.
+--         (The hold lets a lower epoch through when the higher one has stopped writing,
+--         say after the coordinator's data was wiped and terms restarted from 1.)
 -- Returns: { {id, topic, record, state after, ...}, next due instant or nil,
 --            wake due or nil, {readied topics} }
 local limit = tonumber(ARGV[5])
+local fence = tonumber(ARGV[6]) or 0
+local FENCE_HOLD = 30000
+if fence > 0 then
+  local held = redis.call('HMGET', M, '@fence', '@fence_at')
+  local held_epoch, held_at = tonumber(held[1]) or 0, tonumber(held[2]) or 0
+  if fence < held_epoch and NOW - held_at < FENCE_HOLD then
+    return redis.error_reply('FENCED: leader epoch ' .. fence .. ' is older than ' .. held_epoch)
+  end
+  if fence ~= held_epoch or NOW - held_at >= 1000 then
+    redis.call('HSET', M, '@fence', fence, '@fence_at', NOW)
+  end
+end
 local changed = {}
 local function report(id, topic, rec, state)
   changed[#changed + 1] = id
