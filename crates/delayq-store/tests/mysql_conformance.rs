@@ -154,6 +154,43 @@ async fn two_nodes_share_one_database() {
     first.close().await;
 }
 
+/// Several nodes starting at once on an empty database: the migrations run
+/// once, under a lock, and every node opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_starting_together_on_an_empty_database() {
+    let Some(url) = mysql_url() else { return };
+    let admin = sqlx::MySqlPool::connect(&url).await.expect("connect");
+    let nanos = std::time::UNIX_EPOCH.elapsed().unwrap_or_default().as_nanos();
+    // Named like a scratch database, so a run that dies here is cleaned up later.
+    let name = format!("dq_test_{}_{nanos}_race", std::process::id());
+    sqlx::query(&format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+        .execute(&admin)
+        .await
+        .expect("create the database");
+    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
+    let database = format!("{base}/{name}");
+
+    let mut starts = JoinSet::new();
+    for node in 0..4 {
+        let database = database.clone();
+        starts.spawn(async move { MysqlStore::open(&database, format!("node-{node}")).await });
+    }
+    let mut stores = Vec::new();
+    let mut failures = Vec::new();
+    while let Some(started) = starts.join_next().await {
+        match started.expect("task") {
+            Ok(store) => stores.push(store),
+            Err(error) => failures.push(format!("{error:?}")),
+        }
+    }
+    for store in &stores {
+        store.close().await;
+    }
+    sqlx::query(&format!("DROP DATABASE `{name}`")).execute(&admin).await.expect("drop the database");
+    assert!(failures.is_empty(), "every node starts: {failures:?}");
+    assert_eq!(stores.len(), 4);
+}
+
 /// Returns the URL of the scratch database `store` works in.
 fn scratch_url(url: &str, store: &MysqlStore) -> String {
     let name = store.scratch_database().expect("a scratch store");

@@ -69,7 +69,7 @@ impl MysqlStore {
 
     async fn open_with(options: MySqlConnectOptions, node: String) -> Result<MysqlStore, StoreError> {
         let reader = pool_options(READ_CONNECTIONS).connect_with(options.clone()).await.map_err(unavailable)?;
-        MIGRATOR.run(&reader).await.map_err(unavailable)?;
+        migrate(&reader).await?;
         let max_packet_bytes: i64 =
             within(sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS SIGNED)").fetch_one(&reader))
                 .await
@@ -84,6 +84,36 @@ impl MysqlStore {
             scratch: None,
         })
     }
+}
+
+/// How long a node waits for another node's migrations before giving up.
+const MIGRATION_LOCK_WAIT_SECS: i64 = 60;
+
+/// Applies the migrations under a named lock of the database, so nodes that
+/// start together on an empty database do not apply them twice. (sqlx's own
+/// lock asks MariaDB for `GET_LOCK(name, -1)`, which MariaDB answers with NULL
+/// instead of waiting, so it does not serialize anything there.)
+async fn migrate(pool: &MySqlPool) -> Result<(), StoreError> {
+    let mut connection = pool.acquire().await.map_err(unavailable)?;
+    let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(CONCAT('delayq-migrations:', DATABASE()), ?)")
+        .bind(MIGRATION_LOCK_WAIT_SECS)
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(unavailable)?;
+    if locked != Some(1) {
+        return Err(unavailable(std::io::Error::other(format!(
+            "another node held the migration lock for over {MIGRATION_LOCK_WAIT_SECS} s"
+        ))));
+    }
+    let migrated = MIGRATOR.run_direct(&mut *connection).await;
+    let released =
+        sqlx::query("SELECT RELEASE_LOCK(CONCAT('delayq-migrations:', DATABASE()))").execute(&mut *connection).await;
+    migrated.map_err(unavailable)?;
+    if released.is_err() {
+        // The lock ends with the connection anyway; do not keep it in the pool.
+        connection.detach();
+    }
+    Ok(())
 }
 
 fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
