@@ -10,40 +10,17 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
-use delayq_queue::{RedisScheduler, RedisSchedulerOptions, Scheduler};
+use delayq_common::{Job, Timestamp, Topic};
+use delayq_queue::Scheduler;
+
+mod common;
+
+use common::{connect, job, service_url, unique_prefix};
 
 const SEEDS_VARIABLE: &str = "DELAYQ_TEST_REDIS_CLUSTER";
 
-/// Returns the seed URLs; when unset, skips (or fails under `DELAYQ_TEST_REQUIRE_SERVICES=1`).
-fn cluster_seeds() -> Option<String> {
-    match std::env::var(SEEDS_VARIABLE) {
-        Ok(seeds) if !seeds.trim().is_empty() => Some(seeds),
-        _ if std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-            panic!("{SEEDS_VARIABLE} not set, and DELAYQ_TEST_REQUIRE_SERVICES=1")
-        }
-        _ => {
-            println!("skipped: {SEEDS_VARIABLE} not set");
-            None
-        }
-    }
-}
-
-/// A key prefix no other test (or run) uses.
-fn unique_prefix() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("dqtest:{}-{}-{counter}", std::process::id(), Timestamp::now().as_millis())
-}
-
-async fn connect(seeds: &str, prefix: &str) -> RedisScheduler {
-    let options = RedisSchedulerOptions { prefix: prefix.to_owned(), ..RedisSchedulerOptions::default() };
-    RedisScheduler::connect(seeds, options).await.unwrap_or_else(|error| panic!("connect to {seeds}: {error:?}"))
-}
-
 async fn redis_cluster() -> Option<Arc<dyn Scheduler>> {
-    let seeds = cluster_seeds()?;
+    let seeds = service_url(SEEDS_VARIABLE)?;
     Some(Arc::new(connect(&seeds, &unique_prefix()).await))
 }
 
@@ -56,39 +33,16 @@ mod exclusive {
     delayq_queue::scheduler_conformance!(exclusive: redis_cluster());
 }
 
-fn job(id: &str, topic: &Topic, run_at: Timestamp) -> Job {
-    let now = Timestamp::now();
-    Job {
-        id: JobId::parse(id).expect("valid id"),
-        topic: topic.clone(),
-        subtopic: None,
-        body: "body".into(),
-        biz_key: None,
-        create_time: now,
-        delay: run_at.since(now),
-        run_at,
-        ttr: Duration::from_secs(30),
-        priority: 1,
-        max_retries: 10,
-        retry_backoff: Vec::new(),
-        ttl: Duration::ZERO,
-        attempt: 1,
-        state: JobState::Delay,
-        result: None,
-        updated_at: now,
-    }
-}
-
 /// The default shard count is a multiple of the masters, and a batch spread
 /// over every shard lands and comes back whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shards_cover_the_cluster() {
-    let Some(seeds) = cluster_seeds() else { return };
+    let Some(seeds) = service_url(SEEDS_VARIABLE) else { return };
     let scheduler = connect(&seeds, &unique_prefix()).await;
     assert!(scheduler.shards() >= 16, "{} shards", scheduler.shards());
     let topic = Topic::parse("cluster.spread").expect("topic");
     let jobs: Vec<Job> =
-        (0..500).map(|n| job(&(7_000_000_000_000_000_000u64 + n).to_string(), &topic, Timestamp::now())).collect();
+        (0..500).map(|n| job(&(7_000_000_000_000_000_000u64 + n).to_string(), &topic, Timestamp::now(), 4)).collect();
     for outcome in scheduler.schedule_batch(&jobs).await.expect("schedule_batch") {
         outcome.expect("scheduled");
     }
@@ -107,7 +61,7 @@ async fn shards_cover_the_cluster() {
 /// the other, through cluster-wide pub/sub.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_signal_each_other_through_the_cluster() {
-    let Some(seeds) = cluster_seeds() else { return };
+    let Some(seeds) = service_url(SEEDS_VARIABLE) else { return };
     let prefix = unique_prefix();
     let consumer_node = Arc::new(connect(&seeds, &prefix).await);
     // The other node subscribes through another seed first.
@@ -120,7 +74,7 @@ async fn nodes_signal_each_other_through_the_cluster() {
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let pushed = Instant::now();
-    push_node.schedule(&job("42", &topic, Timestamp::now())).await.expect("schedule");
+    push_node.schedule(&job("42", &topic, Timestamp::now(), 4)).await.expect("schedule");
     let reserved = waiting.await.expect("waiter").expect("reserve");
     assert_eq!(reserved.iter().map(|job| job.id.as_str()).collect::<Vec<_>>(), ["42"]);
     assert!(pushed.elapsed() < Duration::from_millis(500), "woken {:?} after the push", pushed.elapsed());

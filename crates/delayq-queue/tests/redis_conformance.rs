@@ -10,38 +10,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
-use delayq_queue::{QueueError, RedisScheduler, RedisSchedulerOptions, Scheduler};
+use delayq_common::{Job, JobId, JobState, Timestamp};
+use delayq_queue::{QueueError, Scheduler};
+
+mod common;
+
+use common::{connect, job, service_url, topic, unique_prefix};
 
 const URL_VARIABLE: &str = "DELAYQ_TEST_REDIS_URL";
-
-/// Returns the service URL in `variable`; when unset, skips (or fails under
-/// `DELAYQ_TEST_REQUIRE_SERVICES=1`).
-fn service_url(variable: &str) -> Option<String> {
-    match std::env::var(variable) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-            panic!("{variable} not set, and DELAYQ_TEST_REQUIRE_SERVICES=1")
-        }
-        _ => {
-            println!("skipped: {variable} not set");
-            None
-        }
-    }
-}
-
-/// A key prefix no other test (or run) uses.
-fn unique_prefix() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("dqtest:{}-{}-{counter}", std::process::id(), Timestamp::now().as_millis())
-}
-
-async fn connect(url: &str, prefix: &str) -> RedisScheduler {
-    let options = RedisSchedulerOptions { prefix: prefix.to_owned(), ..RedisSchedulerOptions::default() };
-    RedisScheduler::connect(url, options).await.unwrap_or_else(|error| panic!("connect to {url}: {error:?}"))
-}
 
 async fn redis() -> Option<Arc<dyn Scheduler>> {
     let url = service_url(URL_VARIABLE)?;
@@ -55,33 +31,6 @@ mod exclusive {
 
     // Each test has a prefix of its own, so `clear` wipes nobody else's jobs.
     delayq_queue::scheduler_conformance!(exclusive: redis());
-}
-
-fn job(id: &str, topic: &Topic, run_at: Timestamp, body_len: usize) -> Job {
-    let now = Timestamp::now();
-    Job {
-        id: JobId::parse(id).expect("valid id"),
-        topic: topic.clone(),
-        subtopic: None,
-        body: "x".repeat(body_len),
-        biz_key: None,
-        create_time: now,
-        delay: run_at.since(now),
-        run_at,
-        ttr: Duration::from_secs(30),
-        priority: 1,
-        max_retries: 10,
-        retry_backoff: Vec::new(),
-        ttl: Duration::ZERO,
-        attempt: 1,
-        state: JobState::Delay,
-        result: None,
-        updated_at: now,
-    }
-}
-
-fn topic(name: &str) -> Topic {
-    Topic::parse(name).expect("valid topic")
 }
 
 /// Two nodes on one prefix: a push on one wakes the other's timer and

@@ -1,0 +1,67 @@
+//! What the Redis test files share: the service variable, unique key
+//! prefixes, connecting, and plain jobs.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::Duration;
+
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use delayq_queue::{RedisScheduler, RedisSchedulerOptions};
+
+/// Returns the service URL in `variable`; when unset, skips (or fails under
+/// `DELAYQ_TEST_REQUIRE_SERVICES=1`).
+pub fn service_url(variable: &str) -> Option<String> {
+    match std::env::var(variable) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") => {
+            panic!("{variable} not set, and DELAYQ_TEST_REQUIRE_SERVICES=1")
+        }
+        _ => {
+            println!("skipped: {variable} not set");
+            None
+        }
+    }
+}
+
+/// A key prefix no other test (or run) uses.
+pub fn unique_prefix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("dqtest:{}-{}-{counter}", std::process::id(), Timestamp::now().as_millis())
+}
+
+/// Connects a scheduler to `url` (one server, or comma-separated cluster seeds) under `prefix`.
+pub async fn connect(url: &str, prefix: &str) -> RedisScheduler {
+    let options = RedisSchedulerOptions { prefix: prefix.to_owned(), ..RedisSchedulerOptions::default() };
+    RedisScheduler::connect(url, options).await.unwrap_or_else(|error| panic!("connect to {url}: {error:?}"))
+}
+
+/// A delayed job with plain-push defaults and a body of `body_len` bytes.
+pub fn job(id: &str, topic: &Topic, run_at: Timestamp, body_len: usize) -> Job {
+    let now = Timestamp::now();
+    Job {
+        id: JobId::parse(id).expect("valid id"),
+        topic: topic.clone(),
+        subtopic: None,
+        body: "x".repeat(body_len),
+        biz_key: None,
+        create_time: now,
+        delay: run_at.since(now),
+        run_at,
+        ttr: Duration::from_secs(30),
+        priority: 1,
+        max_retries: 10,
+        retry_backoff: Vec::new(),
+        ttl: Duration::ZERO,
+        attempt: 1,
+        state: JobState::Delay,
+        result: None,
+        updated_at: now,
+    }
+}
+
+/// Parses a topic name the test knows to be valid.
+pub fn topic(name: &str) -> Topic {
+    Topic::parse(name).expect("valid topic")
+}
