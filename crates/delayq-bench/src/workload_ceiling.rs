@@ -17,6 +17,7 @@ use crate::body::job_body;
 use crate::clock::now_ms;
 use crate::error::{BenchError, BenchResult};
 use crate::prng::uniform_delays;
+use crate::procstat::{info_number, RedisProbe};
 use crate::report::Metrics;
 use crate::workload_push::record_throughput;
 
@@ -88,7 +89,8 @@ pub(crate) async fn run(args: &CeilingArgs, topic: &str) -> BenchResult<Metrics>
     let bodies: Vec<String> =
         (0..args.n).map(|index| job_body(index as u64, 0, args.body_bytes)).collect::<Result<_, _>>()?;
     let jobs = Arc::new(Job { topic: topic.to_owned(), delay_key: delay_key.clone(), sha, delays, bodies });
-    let memory_before = used_memory(&mut admin).await?;
+    let probe = RedisProbe::from_url(&args.redis)?;
+    let memory_before = used_memory(&probe).await?;
 
     let start_ms = now_ms();
     let slots = connections.into_iter().enumerate().map(|(slot, connection)| {
@@ -111,7 +113,7 @@ pub(crate) async fn run(args: &CeilingArgs, topic: &str) -> BenchResult<Metrics>
     }
     let end_ms = now_ms();
 
-    let memory_after = used_memory(&mut admin).await?;
+    let memory_after = used_memory(&probe).await?;
     let stored: u64 = redis::cmd("ZCARD")
         .arg(&delay_key)
         .query_async(&mut admin)
@@ -165,13 +167,10 @@ async fn run_slot(
     Ok(())
 }
 
-async fn used_memory(connection: &mut MultiplexedConnection) -> BenchResult<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(connection)
-        .await
-        .map_err(|error| redis_error("INFO memory", &error))?;
-    crate::procstat::info_number(&info, "used_memory")
+/// Reads Redis `used_memory` through the probe the other workloads use.
+async fn used_memory(probe: &RedisProbe) -> BenchResult<u64> {
+    let info = probe.info("memory").await?;
+    info_number(&info, "used_memory")
         .map(|bytes| bytes as u64)
         .ok_or_else(|| BenchError::Protocol { from: "redis".into(), detail: "INFO memory has no used_memory".into() })
 }
