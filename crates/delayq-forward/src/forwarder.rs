@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::{Job, JobState};
-use delayq_queue::{DelayQueue, QueueError};
+use delayq_queue::{lease_pause, DelayQueue, QueueError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -25,8 +25,6 @@ use crate::route::{Route, RouteTable};
 const IDLE_POLL: Duration = Duration::from_millis(50);
 /// The pause after the queue failed to answer (backend down).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
-/// How often a forwarder whose lease lapsed looks whether it was renewed.
-const LEASE_RECHECK: Duration = Duration::from_millis(50);
 /// Batches of one route published at the same time.
 const BATCHES_PER_ROUTE: usize = 4;
 /// Extra time a sink gets past its own timeout before its batch counts as unconfirmed.
@@ -58,10 +56,10 @@ pub async fn run_forwarder_fenced(
         }
         while in_flight.try_join_next().is_some() {}
         if !holds_leadership() {
-            tokio::select! {
-                () = cancel.cancelled() => break,
-                () = tokio::time::sleep(LEASE_RECHECK) => continue,
+            if lease_pause(&cancel).await {
+                continue;
             }
+            break;
         }
         let pause = match start_batches(&queue, &routes, &permits, &mut in_flight).await {
             Ok(0) => IDLE_POLL,

@@ -71,10 +71,10 @@ pub async fn run_recovery(
     loop {
         if !holds_leadership() {
             // The lease lapsed: nothing until it is renewed or the term ends.
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(crate::timer::LEASE_RECHECK) => continue,
+            if crate::timer::lease_pause(&cancel).await {
+                continue;
             }
+            return;
         }
         pending = check_scheduler(&queue, pending).await;
         if pending == Pending::Restore {

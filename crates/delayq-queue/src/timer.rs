@@ -12,10 +12,19 @@ use crate::service::DelayQueue;
 
 /// The longest the timer sleeps without looking, a guard against clock jumps.
 const MAX_IDLE: Duration = Duration::from_secs(5);
-/// How often a timer whose lease lapsed looks whether it was renewed.
-pub(crate) const LEASE_RECHECK: Duration = Duration::from_millis(50);
+/// How often leader work whose lease lapsed looks whether it was renewed.
+const LEASE_RECHECK: Duration = Duration::from_millis(50);
 /// The pause after a failed round (backend down) before trying again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
+
+/// The pause of leader work (timer, recovery, forwarder) while its lease has
+/// lapsed: waits one re-check interval; returns `false` when `cancel` fired.
+pub async fn lease_pause(cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        () = cancel.cancelled() => false,
+        () = tokio::time::sleep(LEASE_RECHECK) => true,
+    }
+}
 
 /// Runs the timer until `cancel` fires.
 pub async fn run_timer(queue: Arc<DelayQueue>, cancel: CancellationToken) {
@@ -39,10 +48,10 @@ pub async fn run_timer_fenced(
                 warn!("leadership lease lapsed, timer pauses until it is renewed");
                 paused = true;
             }
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(LEASE_RECHECK) => continue,
+            if lease_pause(&cancel).await {
+                continue;
             }
+            return;
         }
         if paused {
             info!("leadership lease renewed, timer resumes");
