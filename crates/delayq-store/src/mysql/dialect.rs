@@ -260,8 +260,8 @@ impl BatchDialect for MysqlDialect {
         Ok(deleted)
     }
 
-    async fn append_log(&self, tx: &mut Self::Tx, rows: &[LogRow]) -> Result<(), BoxError> {
-        let mut rest = rows;
+    async fn commit(&self, mut tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
+        let mut rest = log;
         while !rest.is_empty() {
             let level = CHUNK_SIZES.iter().position(|&size| size <= rest.len()).unwrap_or(CHUNK_SIZES.len() - 1);
             let (chunk, after) = rest.split_at(CHUNK_SIZES[level].min(rest.len()));
@@ -276,12 +276,8 @@ impl BatchDialect for MysqlDialect {
                     .bind(epoch_ms(row.at))
                     .bind(self.host.as_str());
             }
-            within(insert.execute(&mut *tx)).await?;
+            within(insert.execute(&mut tx)).await?;
         }
-        Ok(())
-    }
-
-    async fn commit(&self, mut tx: Self::Tx) -> Result<(), BoxError> {
         within(tx.execute("COMMIT")).await?;
         self.connection.put_back(tx);
         Ok(())

@@ -2,7 +2,10 @@
 
 use async_trait::async_trait;
 use delayq_common::{Job, JobId, Timestamp};
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool, Transaction};
+use std::sync::{Mutex, PoisonError};
+
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{Connection, Executor, QueryBuilder, Sqlite, SqliteConnection};
 
 use super::bulk;
 use super::rows::{bind_job, epoch_ms, job_columns, live_states, number};
@@ -67,16 +70,22 @@ const LIVE_HOLDER_OF_BIZ_KEY: &str =
 /// History rows per multi-row insert (6 parameters each, far below SQLite's 32766).
 const LOG_ROWS_PER_STATEMENT: usize = 512;
 
-/// The SQLite side of the writer: the write pool (one connection) and who writes.
+/// The SQLite side of the writer: its one connection and who writes.
+///
+/// The connection is the writer's own, not a pool's: a batch takes it and
+/// gives it back without a round trip through a pool (which would ping it and
+/// return it from a task of its own, each a wait for the runtime). A batch that
+/// fails drops it, which rolls its transaction back; the next one reconnects.
 pub(super) struct SqliteDialect {
-    pool: SqlitePool,
+    options: SqliteConnectOptions,
+    idle: Mutex<Option<SqliteConnection>>,
     node: String,
     host: String,
 }
 
 impl SqliteDialect {
-    pub(super) fn new(pool: SqlitePool, node: String, host: String) -> SqliteDialect {
-        SqliteDialect { pool, node, host }
+    pub(super) fn new(options: SqliteConnectOptions, node: String, host: String) -> SqliteDialect {
+        SqliteDialect { options, idle: Mutex::new(None), node, host }
     }
 
     /// Turns a refused business key into [`StoreError::BizKeyTaken`] naming its holder.
@@ -97,7 +106,7 @@ pub(super) fn is_unique_violation(error: &sqlx::Error) -> bool {
 
 #[async_trait]
 impl BatchDialect for SqliteDialect {
-    type Tx = Transaction<'static, Sqlite>;
+    type Tx = SqliteConnection;
 
     fn backend(&self) -> &'static str {
         super::BACKEND
@@ -106,11 +115,17 @@ impl BatchDialect for SqliteDialect {
     async fn begin(&self) -> Result<Self::Tx, BoxError> {
         // IMMEDIATE takes the write lock up front, so a second process on the
         // same file makes us wait (busy timeout) instead of failing mid-batch.
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let mut connection = match idle {
+            Some(connection) => connection,
+            None => SqliteConnection::connect_with(&self.options).await?,
+        };
+        connection.execute("BEGIN IMMEDIATE").await?;
+        Ok(connection)
     }
 
     async fn insert_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
-        match bind_job(sqlx::query(INSERT_JOB), job).execute(&mut **tx).await {
+        match bind_job(sqlx::query(INSERT_JOB), job).execute(&mut *tx).await {
             Ok(done) if done.rows_affected() == 0 => Ok(Err(StoreError::IdTaken(job.id.clone()))),
             Ok(_) => Ok(Ok(())),
             Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
@@ -119,18 +134,14 @@ impl BatchDialect for SqliteDialect {
     }
 
     async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
-        if jobs.len() < bulk::BULK_THRESHOLD {
-            let mut outcomes = Vec::with_capacity(jobs.len());
-            for job in jobs {
-                outcomes.push(self.insert_job(tx, job).await?);
-            }
-            return Ok(outcomes);
+        match jobs {
+            [job] => Ok(vec![self.insert_job(tx, job).await?]),
+            _ => bulk::insert_jobs(self, tx, jobs).await,
         }
-        bulk::insert_jobs(self, tx, jobs).await
     }
 
     async fn replace_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
-        match bind_job(sqlx::query(REPLACE_JOB), job).execute(&mut **tx).await {
+        match bind_job(sqlx::query(REPLACE_JOB), job).execute(&mut *tx).await {
             Ok(done) if done.rows_affected() == 0 => Ok(Err(StoreError::NotFound(job.id.clone()))),
             Ok(_) => Ok(Ok(())),
             Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
@@ -146,13 +157,13 @@ impl BatchDialect for SqliteDialect {
             .bind(epoch_ms(change.at))
             .bind(change.result.as_deref())
             .bind(change.id.as_str())
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await?;
         Ok(done.rows_affected() > 0)
     }
 
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(DELETE_ALL_LIVE).bind(epoch_ms(at)).fetch_all(&mut **tx).await?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(DELETE_ALL_LIVE).bind(epoch_ms(at)).fetch_all(&mut *tx).await?;
         let mut deleted = Vec::with_capacity(rows.len());
         for (id, attempt) in rows {
             let id = JobId::parse(id).map_err(|error| StoreError::Corrupt(format!("id: {error}")))?;
@@ -161,8 +172,10 @@ impl BatchDialect for SqliteDialect {
         Ok(deleted)
     }
 
-    async fn append_log(&self, tx: &mut Self::Tx, rows: &[LogRow]) -> Result<(), BoxError> {
-        for chunk in rows.chunks(LOG_ROWS_PER_STATEMENT) {
+    async fn commit(&self, mut tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
+        let chunks = log.chunks(LOG_ROWS_PER_STATEMENT);
+        let last = chunks.len();
+        for (index, chunk) in chunks.enumerate() {
             let mut insert =
                 QueryBuilder::<Sqlite>::new("INSERT INTO job_log (job_id, status, attempt, node, update_time, host) ");
             insert.push_values(chunk, |mut values, row| {
@@ -174,12 +187,16 @@ impl BatchDialect for SqliteDialect {
                     .push_bind(epoch_ms(row.at))
                     .push_bind(self.host.as_str());
             });
-            insert.build().execute(&mut **tx).await?;
+            if index + 1 == last {
+                // The commit rides along: one round trip to the connection's thread.
+                insert.push("; COMMIT");
+            }
+            insert.build().execute(&mut tx).await?;
         }
+        if last == 0 {
+            tx.execute("COMMIT").await?;
+        }
+        *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
         Ok(())
-    }
-
-    async fn commit(&self, tx: Self::Tx) -> Result<(), BoxError> {
-        Ok(tx.commit().await?)
     }
 }

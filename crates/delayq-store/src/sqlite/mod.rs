@@ -15,6 +15,7 @@
 //! `bulk` inserts many jobs in few statements.
 
 mod bulk;
+mod checkpoint;
 mod dialect;
 mod rows;
 
@@ -28,6 +29,7 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
+use self::checkpoint::Checkpointer;
 use self::dialect::SqliteDialect;
 use self::rows::{job_columns, live_states, number, sql_count, state, JobRow, LogEntryRow};
 use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
@@ -48,8 +50,9 @@ static MIGRATOR: Migrator = sqlx::migrate!("../../sql/sqlite");
 /// The job store over one SQLite file.
 pub struct SqliteStore {
     reader: SqlitePool,
-    writer_pool: SqlitePool,
     writer: GroupCommitWriter,
+    checkpointer: Checkpointer,
+    checkpoint_pool: SqlitePool,
     /// Removes the database of [`SqliteStore::open_temp`] when the store is dropped.
     #[cfg(feature = "testsuite")]
     _temp_dir: Option<tempfile::TempDir>,
@@ -110,24 +113,37 @@ impl SqliteStore {
             .pragma("temp_store", "memory")
             // Negative: KiB. The hot pages of a busy queue stay cached instead of re-read.
             .pragma("cache_size", "-65536");
-        let writer_pool = SqlitePoolOptions::new()
+        let writer_options = options
+            .clone()
+            .journal_mode(SqliteJournalMode::Wal)
+            .pragma("wal_autocheckpoint", checkpoint::WRITER_THRESHOLD_PAGES.to_string());
+        let migration_pool = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.clone().journal_mode(SqliteJournalMode::Wal))
+            .connect_with(writer_options.clone())
             .await
             .map_err(unavailable)?;
-        MIGRATOR.run(&writer_pool).await.map_err(unavailable)?;
+        MIGRATOR.run(&migration_pool).await.map_err(unavailable)?;
+        migration_pool.close().await;
+        let checkpoint_pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.clone())
+            .await
+            .map_err(unavailable)?;
         let reader = SqlitePoolOptions::new()
             .max_connections(READ_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await
             .map_err(unavailable)?;
-        let writer = GroupCommitWriter::spawn(SqliteDialect::new(writer_pool.clone(), node, host_name()));
+        let writer = GroupCommitWriter::spawn(SqliteDialect::new(writer_options, node, host_name()));
+        let checkpointer = Checkpointer::spawn(checkpoint_pool.clone(), writer.commit_counter());
         Ok(SqliteStore {
             reader,
-            writer_pool,
             writer,
+            checkpointer,
+            checkpoint_pool,
             #[cfg(feature = "testsuite")]
             _temp_dir: None,
         })
@@ -279,7 +295,8 @@ impl JobStore for SqliteStore {
 
     async fn close(&self) {
         self.writer.close().await;
-        self.writer_pool.close().await;
+        self.checkpointer.stop();
+        self.checkpoint_pool.close().await;
         self.reader.close().await;
     }
 }

@@ -82,11 +82,9 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// Marks every live row deleted at `at`; returns the id and attempt of each.
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError>;
 
-    /// Appends history rows, in order.
-    async fn append_log(&self, tx: &mut Self::Tx, rows: &[LogRow]) -> Result<(), BoxError>;
-
-    /// Commits the transaction.
-    async fn commit(&self, tx: Self::Tx) -> Result<(), BoxError>;
+    /// Appends the batch's history rows, in order, and commits the transaction
+    /// (a dialect may send both in one round trip).
+    async fn commit(&self, tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError>;
 
     /// Returns whether a failed batch may be run again at once: the database
     /// rolled it back for a passing reason, such as losing a deadlock to
@@ -117,6 +115,11 @@ impl GroupCommitWriter {
     /// Returns how many transactions the writer has committed.
     pub(crate) fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Returns the counter behind [`GroupCommitWriter::commits`], for a task that follows it.
+    pub(crate) fn commit_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.commits)
     }
 
     pub(crate) async fn insert(&self, jobs: Vec<Job>) -> Result<InsertOutcomes, StoreError> {

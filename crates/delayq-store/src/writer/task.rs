@@ -230,8 +230,7 @@ impl<D: BatchDialect> WriterTask<D> {
             };
             outcomes.push(outcome);
         }
-        dialect.append_log(&mut tx, &log).await?;
-        dialect.commit(tx).await?;
+        dialect.commit(tx, &log).await?;
         Ok(outcomes)
     }
 }
