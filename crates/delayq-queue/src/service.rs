@@ -17,13 +17,14 @@
 //! under way, then re-reads the store and takes out any job another node
 //! ended meanwhile.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::{
     InvalidField, Job, JobDefaults, JobId, JobState, Limits, PushRequest, RetryPolicy, Snowflake, Timestamp, Topic,
 };
-use delayq_store::{JobStore, ListCursor, LogEntry, StateChange, StateCount};
+use delayq_store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
 use tokio::sync::{RwLock, RwLockWriteGuard};
 use tracing::{info, instrument, warn};
 
@@ -38,6 +39,9 @@ pub const MAX_POP_COUNT: usize = 100;
 pub const MAX_POP_WAIT: Duration = Duration::from_secs(30);
 /// The most jobs one batch push may carry.
 pub const MAX_BATCH_PUSH: usize = 1000;
+/// Jobs per store write of a batch push: the next slice is written to the
+/// store while the previous one is scheduled.
+const PIPELINE_SLICE: usize = 250;
 
 /// The knobs of the queue that come from configuration.
 #[derive(Clone, Debug)]
@@ -212,26 +216,89 @@ impl DelayQueue {
         if jobs.is_empty() {
             return Ok(outcomes);
         }
-        let stored = self.store.insert(jobs.clone()).await?;
-        let mut accepted = Vec::with_capacity(jobs.len());
-        let mut accepted_slots = Vec::with_capacity(jobs.len());
-        for ((job, slot), outcome) in jobs.into_iter().zip(slots).zip(stored) {
-            match outcome {
-                Ok(()) => {
-                    accepted.push(job);
-                    accepted_slots.push(slot);
+        // Slices go to the store one after the other, and each is scheduled
+        // while the next one is written: the two backends work side by side.
+        let mut slices = jobs.chunks(PIPELINE_SLICE).zip(slots.chunks(PIPELINE_SLICE));
+        let mut stored_slice: Option<(Cow<'_, [Job]>, Vec<usize>)> = None;
+        let mut failure: Option<QueueError> = None;
+        let mut pushed = 0;
+        loop {
+            let next = if failure.is_none() { slices.next() } else { None };
+            if next.is_none() && stored_slice.is_none() {
+                break;
+            }
+            let store_step = async {
+                match next {
+                    Some((slice, slice_slots)) => Some((slice, slice_slots, self.store.insert(slice.to_vec()).await)),
+                    None => None,
                 }
-                Err(refused) => outcomes[slot] = Err(refused.into()),
+            };
+            let schedule_step = async {
+                match &stored_slice {
+                    Some((accepted, _)) if failure.is_none() => Some(self.scheduler.schedule_batch(accepted).await),
+                    _ => None,
+                }
+            };
+            let (stored, scheduled) = futures::future::join(store_step, schedule_step).await;
+            if let Some((_, accepted_slots)) = stored_slice.take() {
+                match scheduled {
+                    Some(Ok(scheduled)) => {
+                        for (slot, outcome) in accepted_slots.into_iter().zip(scheduled) {
+                            match outcome {
+                                // A conflict: restore found it in the store and scheduled it first.
+                                Ok(()) | Err(QueueError::Conflict(_)) => pushed += 1,
+                                Err(error) => outcomes[slot] = Err(error),
+                            }
+                        }
+                    }
+                    Some(Err(error)) => {
+                        fail_slots(&mut outcomes, &accepted_slots, &error);
+                        failure.get_or_insert(error);
+                    }
+                    // Not tried: the batch stopped on a failure of the scheduler.
+                    // They are stored; reconciliation schedules them.
+                    None => {
+                        if let Some(error) = &failure {
+                            fail_slots(&mut outcomes, &accepted_slots, error);
+                        }
+                    }
+                }
+            }
+            let Some((slice, slice_slots, stored)) = stored else { continue };
+            match stored {
+                Ok(stored) if stored.iter().all(Result::is_ok) => {
+                    failpoint::crash_if_armed(failpoint::PUSH_AFTER_STORE);
+                    stored_slice = Some((Cow::Borrowed(slice), slice_slots.to_vec()));
+                }
+                Ok(stored) => {
+                    let mut accepted = Vec::with_capacity(slice.len());
+                    let mut accepted_slots = Vec::with_capacity(slice.len());
+                    for ((job, &slot), outcome) in slice.iter().zip(slice_slots).zip(stored) {
+                        match outcome {
+                            Ok(()) => {
+                                accepted.push(job.clone());
+                                accepted_slots.push(slot);
+                            }
+                            Err(refused) => outcomes[slot] = Err(refused.into()),
+                        }
+                    }
+                    failpoint::crash_if_armed(failpoint::PUSH_AFTER_STORE);
+                    stored_slice = Some((Cow::Owned(accepted), accepted_slots));
+                }
+                Err(error) => {
+                    let error = QueueError::from(error);
+                    fail_slots(&mut outcomes, slice_slots, &error);
+                    failure.get_or_insert(error);
+                }
             }
         }
-        failpoint::crash_if_armed(failpoint::PUSH_AFTER_STORE);
-        let scheduled = self.scheduler.schedule_batch(&accepted).await?;
-        let mut pushed = 0;
-        for (slot, outcome) in accepted_slots.into_iter().zip(scheduled) {
-            match outcome {
-                // A conflict: restore found it in the store and scheduled it first.
-                Ok(()) | Err(QueueError::Conflict(_)) => pushed += 1,
-                Err(error) => outcomes[slot] = Err(error),
+        if let Some(error) = failure {
+            // Slices never tried share the failure that stopped the batch.
+            for (_, slice_slots) in slices {
+                fail_slots(&mut outcomes, slice_slots, &error);
+            }
+            if pushed == 0 {
+                return Err(error);
             }
         }
         queue_metrics::record_pushes(pushed);
@@ -600,6 +667,26 @@ struct Restored {
     scheduled: u64,
     /// Jobs the scheduler did not hold and now does.
     added: u64,
+}
+
+/// Gives each job of a batch at `slots` its own copy of the failure that kept it out.
+fn fail_slots(outcomes: &mut [QueueResult<Pushed>], slots: &[usize], error: &QueueError) {
+    for &slot in slots {
+        outcomes[slot] = Err(unavailable_like(error));
+    }
+}
+
+/// Returns a copy of a failure that kept a whole slice of a batch out.
+fn unavailable_like(error: &QueueError) -> QueueError {
+    match error {
+        QueueError::Store(StoreError::Unavailable { backend, source }) => {
+            QueueError::Store(StoreError::Unavailable { backend, source: source.to_string().into() })
+        }
+        QueueError::Unavailable { backend, source } => {
+            QueueError::Unavailable { backend, source: source.to_string().into() }
+        }
+        other => QueueError::Unavailable { backend: "queue", source: other.to_string().into() },
+    }
 }
 
 fn require_reserved(job: &Job) -> QueueResult<()> {
