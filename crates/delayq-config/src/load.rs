@@ -10,6 +10,8 @@ use crate::model::Config;
 
 /// The file read when no `--config` is given and it exists.
 pub const DEFAULT_CONFIG_PATH: &str = "config/delayq.toml";
+/// The most Redis shards (the Redis scheduler's own bound).
+const MAX_REDIS_SHARDS: usize = 1024;
 
 /// The flat `DELAYQ_*` variables of the API contract and the keys they set.
 const FLAT_VARIABLES: [(&str, &str); 7] = [
@@ -117,6 +119,9 @@ impl Config {
         if self.scheduler.promote_batch == 0 {
             return invalid("scheduler.promote_batch", "must be at least 1".to_owned());
         }
+        if self.scheduler.redis_shards.is_some_and(|shards| !(1..=MAX_REDIS_SHARDS).contains(&shards)) {
+            return invalid("scheduler.redis_shards", format!("must be from 1 to {MAX_REDIS_SHARDS}"));
+        }
         if self.limits.max_body_bytes == 0 || self.limits.max_body_bytes > self.limits.max_request_bytes {
             return invalid("limits.max_body_bytes", "must be from 1 to limits.max_request_bytes".to_owned());
         }
@@ -208,6 +213,18 @@ mod tests {
             jail.create_file("delayq.toml", "[server]\nhttp_adr = \"x\"\n")?;
             let error = Config::load(Some(Path::new("delayq.toml"))).expect_err("unknown key");
             assert!(error.to_string().contains("http_adr"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_shard_count_out_of_range_is_refused_by_name() {
+        Jail::expect_with(|jail| {
+            jail.set_env("DELAYQ_SCHEDULER__REDIS_SHARDS", "0");
+            let error = Config::load(None).expect_err("no shards");
+            assert!(error.to_string().contains("scheduler.redis_shards"), "{error}");
+            jail.set_env("DELAYQ_SCHEDULER__REDIS_SHARDS", "4");
+            assert_eq!(Config::load(None).expect("valid").scheduler.redis_shards, Some(4));
             Ok(())
         });
     }

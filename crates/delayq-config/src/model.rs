@@ -98,6 +98,10 @@ pub struct SchedulerConfig {
     pub redis_url: Option<String>,
     /// The prefix of every Redis key and channel; nodes sharing one queue use the same.
     pub redis_prefix: String,
+    /// Delay buckets (shards) in Redis; unset: 4 on a standalone Redis, 8 per
+    /// master (at least 16) in a cluster. The first node to use a prefix records
+    /// the count and later nodes adopt it.
+    pub redis_shards: Option<usize>,
     /// The most jobs one timer round promotes.
     pub promote_batch: usize,
 }
@@ -107,6 +111,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             redis_url: None,
             redis_prefix: DEFAULT_REDIS_PREFIX.to_owned(),
+            redis_shards: None,
             promote_batch: DEFAULT_PROMOTE_BATCH,
         }
     }

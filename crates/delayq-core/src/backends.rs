@@ -39,6 +39,7 @@ pub(crate) async fn build_scheduler(config: &Config) -> anyhow::Result<Arc<dyn S
         Some(urls) => {
             let options = RedisSchedulerOptions {
                 prefix: config.scheduler.redis_prefix.clone(),
+                shards: config.scheduler.redis_shards,
                 ..RedisSchedulerOptions::default()
             };
             let scheduler = RedisScheduler::connect(urls, options).await.context("failed to connect to redis")?;

@@ -71,6 +71,40 @@ async fn nodes_signal_each_other() {
     println!("long-poll wakeup across nodes after {waited:?}");
 }
 
+/// Single schedules that arrive together are sent together; each caller still
+/// gets its own answer, and of two pushes of one id exactly one gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_single_schedules_are_each_answered() {
+    let Some(url) = service_url(URL_VARIABLE) else { return };
+    let scheduler = Arc::new(connect(&url, &unique_prefix()).await);
+    let queue = topic("combined");
+    let run_at = Timestamp::now().plus(Duration::from_secs(600));
+    let mut calls = tokio::task::JoinSet::new();
+    for index in 0..400u32 {
+        // Ids 0..300, the first 100 of them twice.
+        let id = (index % 300).to_string();
+        let scheduler = Arc::clone(&scheduler);
+        let job = job(&id, &queue, run_at, 10);
+        calls.spawn(async move { (id, scheduler.schedule(&job).await) });
+    }
+    let mut added = std::collections::HashMap::<String, u32>::new();
+    let mut conflicts = std::collections::HashMap::<String, u32>::new();
+    while let Some(joined) = calls.join_next().await {
+        let (id, outcome) = joined.expect("task");
+        match outcome {
+            Ok(()) => *added.entry(id).or_default() += 1,
+            Err(QueueError::Conflict(_)) => *conflicts.entry(id).or_default() += 1,
+            Err(error) => panic!("schedule of {id}: {error:?}"),
+        }
+    }
+    assert_eq!(added.len(), 300, "every id got in");
+    assert!(added.values().all(|&times| times == 1), "no id got in twice");
+    assert_eq!(conflicts.len(), 100);
+    assert!(conflicts.keys().all(|id| id.parse::<u32>().is_ok_and(|id| id < 100)), "{conflicts:?}");
+    let stats = scheduler.stats().await.expect("stats");
+    assert_eq!(stats.iter().map(|topic| topic.delay).sum::<u64>(), 300);
+}
+
 /// A stale leader's timer rounds are refused once a newer term promoted, so it
 /// cannot promote a job its successor already handed out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

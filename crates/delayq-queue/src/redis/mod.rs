@@ -29,6 +29,7 @@
 //! - `reply`: reading script replies.
 
 mod codec;
+mod combine;
 mod connection;
 mod engine;
 mod keys;
@@ -48,6 +49,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use self::combine::Combiner;
 use self::connection::{unavailable, RedisConnection, TimedOut};
 use self::engine::{Engine, Removal};
 use self::keys::ShardKeys;
@@ -55,10 +57,14 @@ use self::notify::{Channels, Signals};
 use crate::error::{QueueError, QueueResult};
 use crate::scheduler::{Promotion, Scheduler, TopicStats};
 
-/// The shard count of a standalone Redis when none is configured.
-pub const DEFAULT_STANDALONE_SHARDS: usize = 16;
-/// Shards per cluster master when none is configured (at least 16 in all).
+/// The shard count of a standalone Redis when none is configured. Redis runs
+/// scripts one at a time, so more shards there buy no parallelism; fewer mean
+/// more jobs per script call (pushes, timer rounds and pops visit every shard).
+pub const DEFAULT_STANDALONE_SHARDS: usize = 4;
+/// Shards per cluster master when none is configured.
 pub const DEFAULT_SHARDS_PER_MASTER: usize = 8;
+/// The fewest shards of a cluster when none is configured.
+pub const MIN_CLUSTER_SHARDS: usize = 16;
 /// The most shards allowed.
 pub const MAX_SHARDS: usize = 1024;
 /// The most jobs one schedule script call carries.
@@ -71,7 +77,7 @@ const MAX_PROMOTE_ROUNDS: usize = 4;
 pub struct RedisSchedulerOptions {
     /// The prefix of every key and channel; nodes sharing one queue use the same.
     pub prefix: String,
-    /// The number of shards (delay buckets). `None`: 16 on a standalone Redis,
+    /// The number of shards (delay buckets). `None`: 4 on a standalone Redis,
     /// 8 per master in a cluster (at least 16). The first node to use a prefix
     /// records its count in Redis and later nodes adopt it.
     pub shards: Option<usize>,
@@ -88,6 +94,7 @@ impl Default for RedisSchedulerOptions {
 /// The scheduler on Redis; see the module docs for the layout.
 pub struct RedisScheduler {
     engine: Arc<Engine>,
+    combiner: Arc<Combiner>,
     subscriber: JoinHandle<()>,
 }
 
@@ -125,7 +132,9 @@ impl RedisScheduler {
         let keys = (0..shards).map(|index| ShardKeys::new(&options.prefix, index)).collect();
         let engine = Engine::new(connection, keys, options.prefix, options.timeout, signals);
         info!(shards, cluster = urls.len() > 1, "redis scheduler connected");
-        Ok(RedisScheduler { engine: Arc::new(engine), subscriber })
+        let engine = Arc::new(engine);
+        let combiner = Arc::new(Combiner::new(Arc::clone(&engine)));
+        Ok(RedisScheduler { engine, combiner, subscriber })
     }
 
     /// Returns the number of shards in use.
@@ -147,59 +156,11 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn schedule(&self, job: &Job) -> QueueResult<()> {
-        let shard = self.engine.shard_of(&job.id);
-        let added = self.engine.schedule(shard, &[job], Timestamp::now()).await?;
-        if added.first() == Some(&true) {
-            Ok(())
-        } else {
-            Err(QueueError::Conflict(format!("job {} already exists", job.id)))
-        }
+        self.combiner.schedule(job.clone()).await
     }
 
     async fn schedule_batch(&self, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
-        let now = Timestamp::now();
-        let shards = self.engine.shards.len();
-        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
-        for (position, job) in jobs.iter().enumerate() {
-            by_shard[keys::shard_of(&job.id, shards)].push(position);
-        }
-        let calls = by_shard
-            .iter()
-            .enumerate()
-            .flat_map(|(shard, positions)| positions.chunks(SCHEDULE_CHUNK).map(move |chunk| (shard, chunk)));
-        let calls: Vec<(usize, &[usize])> = calls.collect();
-        let replies = join_all(calls.iter().map(|&(shard, chunk)| {
-            let chunk_jobs: Vec<&Job> = chunk.iter().map(|&position| &jobs[position]).collect();
-            async move { self.engine.schedule(&self.engine.shards[shard], &chunk_jobs, now).await }
-        }))
-        .await;
-        let mut outcomes: Vec<Option<QueueResult<()>>> = jobs.iter().map(|_| None).collect();
-        let mut first_failure = None;
-        for ((_, chunk), reply) in calls.iter().zip(replies) {
-            match reply {
-                Ok(added) => {
-                    for (&position, added) in chunk.iter().zip(added) {
-                        outcomes[position] = Some(if added {
-                            Ok(())
-                        } else {
-                            Err(QueueError::Conflict(format!("job {} already exists", jobs[position].id)))
-                        });
-                    }
-                }
-                Err(error) => {
-                    for &position in chunk.iter() {
-                        outcomes[position] = Some(Err(unavailable(error.to_string())));
-                    }
-                    first_failure.get_or_insert(error);
-                }
-            }
-        }
-        if let Some(error) = first_failure {
-            if outcomes.iter().all(|outcome| matches!(outcome, Some(Err(QueueError::Unavailable { .. })))) {
-                return Err(error);
-            }
-        }
-        Ok(outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(()))).collect())
+        schedule_jobs(&self.engine, jobs).await
     }
 
     async fn restore(&self, job: &Job) -> QueueResult<bool> {
@@ -382,6 +343,53 @@ fn validate(urls: &[String], options: &RedisSchedulerOptions) -> Result<(), Inva
     Ok(())
 }
 
+/// Adds new jobs, one script call per shard (and chunk); each job judged alone.
+async fn schedule_jobs(engine: &Engine, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
+    let now = Timestamp::now();
+    let shards = engine.shards.len();
+    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
+    for (position, job) in jobs.iter().enumerate() {
+        by_shard[keys::shard_of(&job.id, shards)].push(position);
+    }
+    let calls = by_shard
+        .iter()
+        .enumerate()
+        .flat_map(|(shard, positions)| positions.chunks(SCHEDULE_CHUNK).map(move |chunk| (shard, chunk)));
+    let calls: Vec<(usize, &[usize])> = calls.collect();
+    let replies = join_all(calls.iter().map(|&(shard, chunk)| {
+        let chunk_jobs: Vec<&Job> = chunk.iter().map(|&position| &jobs[position]).collect();
+        async move { engine.schedule(&engine.shards[shard], &chunk_jobs, now).await }
+    }))
+    .await;
+    let mut outcomes: Vec<Option<QueueResult<()>>> = jobs.iter().map(|_| None).collect();
+    let mut first_failure = None;
+    for ((_, chunk), reply) in calls.iter().zip(replies) {
+        match reply {
+            Ok(added) => {
+                for (&position, added) in chunk.iter().zip(added) {
+                    outcomes[position] = Some(if added {
+                        Ok(())
+                    } else {
+                        Err(QueueError::Conflict(format!("job {} already exists", jobs[position].id)))
+                    });
+                }
+            }
+            Err(error) => {
+                for &position in chunk.iter() {
+                    outcomes[position] = Some(Err(unavailable(error.to_string())));
+                }
+                first_failure.get_or_insert(error);
+            }
+        }
+    }
+    if let Some(error) = first_failure {
+        if outcomes.iter().all(|outcome| matches!(outcome, Some(Err(QueueError::Unavailable { .. })))) {
+            return Err(error);
+        }
+    }
+    Ok(outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(()))).collect())
+}
+
 /// Returns the shard count recorded under the prefix, recording ours if none is.
 async fn agree_on_shards(connection: &RedisConnection, options: &RedisSchedulerOptions) -> QueueResult<usize> {
     let wanted = match options.shards {
@@ -389,7 +397,7 @@ async fn agree_on_shards(connection: &RedisConnection, options: &RedisSchedulerO
         None => {
             let masters = connection.masters(options.timeout).await?;
             if masters > 1 {
-                (masters * DEFAULT_SHARDS_PER_MASTER).max(DEFAULT_STANDALONE_SHARDS)
+                (masters * DEFAULT_SHARDS_PER_MASTER).max(MIN_CLUSTER_SHARDS)
             } else {
                 DEFAULT_STANDALONE_SHARDS
             }
