@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use delayq_common::{Job, JobId, Timestamp};
+use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
 use sqlx::sqlite::SqliteConnectOptions;
@@ -57,6 +58,19 @@ const CHANGE_STATE: &str = concat!(
      WHERE id = ? AND status IN ",
     live_states!()
 );
+
+/// Moves many live jobs at once, after a `WITH v (...) AS (VALUES ...)` of the
+/// changes; returns the ids it moved. Ended jobs never move, as in [`CHANGE_STATE`].
+const CHANGE_STATES_TAIL: &str = concat!(
+    ") UPDATE job SET status = v.status, attempt = v.attempt, run_at = v.run_at, \
+     update_time = v.update_time, result = v.result \
+     FROM v WHERE job.id = v.id AND job.status IN ",
+    live_states!(),
+    " RETURNING job.id"
+);
+
+/// State changes per multi-row update (6 parameters each, far below SQLite's 32766).
+const CHANGES_PER_STATEMENT: usize = 512;
 
 const DELETE_ALL_LIVE: &str = concat!(
     "UPDATE job SET status = 'deleted', update_time = ? WHERE status IN ",
@@ -160,6 +174,40 @@ impl BatchDialect for SqliteDialect {
             .execute(&mut *tx)
             .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn change_states(&self, tx: &mut Self::Tx, changes: &[&StateChange]) -> Result<Vec<bool>, BoxError> {
+        let mut applied = Vec::with_capacity(changes.len());
+        let mut rest = changes;
+        while !rest.is_empty() {
+            // One statement takes a run of distinct jobs: a job changed twice
+            // in a batch has its changes applied in order, one per statement.
+            let mut ids = HashSet::new();
+            let run =
+                rest.iter().take(CHANGES_PER_STATEMENT).take_while(|change| ids.insert(change.id.as_str())).count();
+            let (chunk, after) = rest.split_at(run);
+            rest = after;
+            if let [change] = chunk {
+                applied.push(self.change_state(tx, change).await?);
+                continue;
+            }
+            let mut update =
+                QueryBuilder::<Sqlite>::new("WITH v (id, status, attempt, run_at, update_time, result) AS (");
+            update.push_values(chunk, |mut values, change| {
+                values
+                    .push_bind(change.id.as_str())
+                    .push_bind(change.state.as_str())
+                    .push_bind(i64::from(change.attempt))
+                    .push_bind(epoch_ms(change.run_at))
+                    .push_bind(epoch_ms(change.at))
+                    .push_bind(change.result.as_deref());
+            });
+            update.push(CHANGE_STATES_TAIL);
+            let changed: Vec<String> = update.build_query_scalar().fetch_all(&mut *tx).await?;
+            let changed: HashSet<String> = changed.into_iter().collect();
+            applied.extend(chunk.iter().map(|change| changed.contains(change.id.as_str())));
+        }
+        Ok(applied)
     }
 
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {

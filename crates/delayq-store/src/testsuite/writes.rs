@@ -181,6 +181,25 @@ pub async fn check_record_and_history_in_order(store: Arc<dyn JobStore>) {
     assert_eq!(get_ok(&*store, &sibling.id).await.state, JobState::Ready, "every change of one call is applied");
     assert_eq!(store.get(&unknown.id).await.expect("get"), None);
     assert!(store.history(&unknown.id).await.expect("history").is_empty());
+
+    // One call that moves two jobs twice each, interleaved: applied in order.
+    let other = sample_job(&unique_name("record-other"), &topic);
+    insert_ok(&*store, &other).await;
+    let twice = vec![
+        change(&sibling, JobState::Reserved, at(70)),
+        change(&other, JobState::Ready, at(70)),
+        StateChange { result: Some("twice".into()), ..change(&sibling, JobState::Finished, at(80)) },
+        change(&other, JobState::Reserved, at(80)),
+    ];
+    store.record(twice).await.expect("record");
+    let stored = get_ok(&*store, &sibling.id).await;
+    assert_eq!((stored.state, stored.result.as_deref()), (JobState::Finished, Some("twice")));
+    assert_eq!(
+        history_states(&*store, &sibling.id).await,
+        [JobState::Delay, JobState::Ready, JobState::Reserved, JobState::Finished]
+    );
+    assert_eq!(get_ok(&*store, &other.id).await.state, JobState::Reserved);
+    assert_eq!(history_states(&*store, &other.id).await, [JobState::Delay, JobState::Ready, JobState::Reserved]);
 }
 
 /// A change to a job that has ended is ignored: a late journal entry never revives it.

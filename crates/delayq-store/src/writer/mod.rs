@@ -79,6 +79,16 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// is unknown or has ended (ended jobs never move).
     async fn change_state(&self, tx: &mut Self::Tx, change: &StateChange) -> Result<bool, BoxError>;
 
+    /// Applies `changes` in order, each as by [`BatchDialect::change_state`];
+    /// returns whether each applied. A dialect may apply many in one statement.
+    async fn change_states(&self, tx: &mut Self::Tx, changes: &[&StateChange]) -> Result<Vec<bool>, BoxError> {
+        let mut applied = Vec::with_capacity(changes.len());
+        for change in changes {
+            applied.push(self.change_state(tx, change).await?);
+        }
+        Ok(applied)
+    }
+
     /// Marks every live row deleted at `at`; returns the id and attempt of each.
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError>;
 

@@ -219,9 +219,16 @@ impl<D: BatchDialect> WriterTask<D> {
                     continue;
                 }
                 Write::Replace { job, .. } => Outcome::Replaced(replace_job(dialect, &mut tx, job, &mut log).await?),
-                Write::Record { changes, .. } => {
-                    change_states(dialect, &mut tx, changes, &mut log).await?;
-                    Outcome::Done
+                Write::Record { .. } => {
+                    // Consecutive state changes (many callers' and the journal's)
+                    // go to the dialect together, in order.
+                    let run = rest.iter().take_while(|next| matches!(next, Write::Record { .. })).count();
+                    let (more, after_run) = rest.split_at(run);
+                    rest = after_run;
+                    let records: Vec<&Write> = std::iter::once(write).chain(more).collect();
+                    change_states(dialect, &mut tx, &records, &mut log).await?;
+                    outcomes.extend(records.iter().map(|_| Outcome::Done));
+                    continue;
                 }
                 Write::DeleteAllLive { at, .. } => {
                     Outcome::Deleted(delete_all_live(dialect, &mut tx, *at, &mut log).await?)
@@ -276,14 +283,27 @@ async fn replace_job<D: BatchDialect>(
     Ok(outcome)
 }
 
+/// Applies the changes of consecutive record writes in one dialect call and
+/// logs each that applied.
 async fn change_states<D: BatchDialect>(
     dialect: &D,
     tx: &mut D::Tx,
-    changes: &[StateChange],
+    records: &[&Write],
     log: &mut Vec<LogRow>,
 ) -> Result<(), BoxError> {
-    for change in changes {
-        if dialect.change_state(tx, change).await? {
+    let changes: Vec<&StateChange> = records
+        .iter()
+        .flat_map(|write| match write {
+            Write::Record { changes, .. } => changes.as_slice(),
+            _ => &[],
+        })
+        .collect();
+    let applied = dialect.change_states(tx, &changes).await?;
+    if applied.len() != changes.len() {
+        return Err(format!("{} outcomes for {} state changes", applied.len(), changes.len()).into());
+    }
+    for (change, applied) in changes.into_iter().zip(applied) {
+        if applied {
             log.push(LogRow { job_id: change.id.clone(), state: change.state, attempt: change.attempt, at: change.at });
         } else {
             debug!(job_id = %change.id, state = %change.state, "state change for an unknown or ended job ignored");
