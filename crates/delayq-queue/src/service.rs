@@ -40,8 +40,9 @@ pub const MAX_POP_WAIT: Duration = Duration::from_secs(30);
 /// The most jobs one batch push may carry.
 pub const MAX_BATCH_PUSH: usize = 1000;
 /// Jobs per store write of a batch push: the next slice is written to the
-/// store while the previous one is scheduled.
-const PIPELINE_SLICE: usize = 250;
+/// store while the previous one is scheduled. 256 is the largest multi-row
+/// insert of the SQL stores, so a full slice is one statement.
+const PIPELINE_SLICE: usize = 256;
 
 /// The knobs of the queue that come from configuration.
 #[derive(Clone, Debug)]
