@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs the README's benchmark session: three interleaved repetitions of the Redis
+# ceiling (pipeline 1 and 64), W1 /push and /push/batch on Redis with the store on
+# SQLite, W1 /push/batch with the store on MariaDB, and W2 on Redis; then W1 and W2
+# on the embedded server, W3 and W4 on Redis. Every server is fresh and every Redis
+# and MariaDB database emptied before its run (the Redis is FLUSHALLed: use one
+# that holds nothing else).
+#
+# Usage: session.sh [OUT_DIR]   (default ./bench-session; one .json and .txt per run)
+# Environment: REDIS_URL (default redis://127.0.0.1:6379), MYSQL_URL (default
+# mysql://root@127.0.0.1:3306/delayq_bench; its database is dropped and created),
+# DELAYQ_BIN and BENCH_BIN as for on-fresh-server.sh.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/../../.." && pwd)"
+S="$root/crates/delayq-bench/scripts/on-fresh-server.sh"
+B="${BENCH_BIN:-$root/target/release/delayq-bench}"
+R="${REDIS_URL:-redis://127.0.0.1:6379}"
+M="${MYSQL_URL:-mysql://root@127.0.0.1:3306/delayq_bench}"
+out="${1:-bench-session}"
+mkdir -p "$out"
+
+redis_host_port="${R#redis://}"
+flush_redis() { redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" flushall >/dev/null; }
+fresh_mysql() {
+  local rest="${M#mysql://}" database="${M##*/}"
+  local user="${rest%%@*}" host_port="${rest#*@}"
+  host_port="${host_port%%/*}"
+  mariadb -u"$user" -h"${host_port%:*}" -P"${host_port##*:}" \
+    -e "DROP DATABASE IF EXISTS \`$database\`; CREATE DATABASE \`$database\`"
+}
+run() { # run <name> <command...>: one measurement, its table in <name>.txt
+  local name=$1; shift
+  "$@" --json "$out/$name.json" >"$out/$name.txt" 2>&1 || { echo "$name failed:"; cat "$out/$name.txt"; exit 1; }
+  echo "$name: $(grep -E '^  (jobs_per_s|lateness_ms_p99|lateness_ms_max|redis_used_memory_bytes_per_job|drain_ms) ' "$out/$name.txt" | tr -s ' ' | tr '\n' ' ')"
+}
+
+for rep in 1 2 3; do
+  flush_redis; run "ceiling1-$rep" "$B" ceiling --redis "$R"
+  flush_redis; run "ceiling64-$rep" "$B" ceiling --redis "$R" --pipeline 64
+  flush_redis; run "push-single-$rep" env DELAYQ_REDIS_URL="$R" "$S" push --mode single --redis-url "$R"
+  flush_redis; run "push-batch-$rep" env DELAYQ_REDIS_URL="$R" "$S" push --mode batch --redis-url "$R"
+  fresh_mysql; flush_redis
+  run "push-batch-mariadb-$rep" env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" push --mode batch --redis-url "$R"
+  flush_redis; run "lateness-$rep" env DELAYQ_REDIS_URL="$R" "$S" lateness --redis-url "$R"
+done
+run embedded-push-single "$S" push --mode single
+run embedded-push-batch "$S" push --mode batch
+run embedded-lateness "$S" lateness
+flush_redis; run memory env DELAYQ_REDIS_URL="$R" "$S" memory --redis-url "$R"
+flush_redis; run burst env DELAYQ_REDIS_URL="$R" "$S" burst --redis-url "$R"
