@@ -179,7 +179,8 @@ impl DelayQueue {
         Ok(pushed)
     }
 
-    /// Adds several jobs, each judged alone, sharing one store commit.
+    /// Adds several jobs, each judged alone, in store commits of up to
+    /// [`PIPELINE_SLICE`] jobs, each scheduled while the next is written.
     ///
     /// # Errors
     /// The outer error only when no job could be written at all.

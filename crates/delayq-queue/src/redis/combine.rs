@@ -9,7 +9,9 @@
 //! nothing but the hop to the drain task.
 //!
 //! The drain runs as a task of its own, so a caller that goes away (its client
-//! disconnected) never cancels the batch of the others.
+//! disconnected) never cancels the batch of the others. A caller waits at most
+//! the Redis call timeout, counted from when it queued: should Redis hang, the
+//! push answers 503 as promptly as a call of its own would have.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use delayq_common::Job;
 use tokio::sync::oneshot;
 
-use super::connection::unavailable;
+use super::connection::{unavailable, TimedOut};
 use super::engine::Engine;
 use crate::error::{QueueError, QueueResult};
 
@@ -49,7 +51,13 @@ impl Combiner {
         if !self.draining.swap(true, Ordering::SeqCst) {
             tokio::spawn(Arc::clone(self).drain());
         }
-        answer.await.unwrap_or_else(|_| Err(unavailable("the scheduling task stopped")))
+        // A caller waits no longer than one Redis call may take, even behind a
+        // batch that is still waiting for a Redis that went away.
+        match tokio::time::timeout(self.engine.timeout, answer).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(unavailable("the scheduling task stopped")),
+            Err(_) => Err(unavailable(TimedOut(self.engine.timeout))),
+        }
     }
 
     async fn drain(self: Arc<Self>) {

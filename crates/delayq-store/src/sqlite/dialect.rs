@@ -1,10 +1,10 @@
 //! The SQLite statements of the group-commit writer.
 
-use async_trait::async_trait;
-use delayq_common::{Job, JobId, Timestamp};
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, Timestamp};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, QueryBuilder, Sqlite, SqliteConnection};
 
