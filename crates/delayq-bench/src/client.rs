@@ -1,12 +1,21 @@
-//! The HTTP client of the load generator: one keep-alive pool per role, pre-built
-//! URLs, and answers read only as far as each workload needs.
+//! The HTTP client of the load generator: a pool of keep-alive HTTP/1.1
+//! connections driven through hyper's connection API (no per-request work
+//! beyond writing the request and reading the answer, so the driver's own CPU
+//! stays small next to the server's), pre-built URLs, and answers read only as
+//! far as each workload needs.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{HeaderValue, CONTENT_TYPE};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use serde_json::Value;
+use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 use crate::error::{BenchError, BenchResult};
@@ -18,13 +27,24 @@ const ERROR_BODY_CHARS: usize = 300;
 /// The marker of a refused item in a `/push/batch` answer.
 const BATCH_ERROR_MARKER: &[u8] = b"\"error\":";
 
+type Connection = SendRequest<Full<Bytes>>;
+
 /// A delayq server reached over HTTP/1.1 with a pool of keep-alive connections.
 #[derive(Clone)]
 pub(crate) struct BenchClient {
-    http: reqwest::Client,
+    pool: Arc<Pool>,
     base_url: String,
     push_url: String,
     batch_url: String,
+}
+
+/// Idle connections to the server, one request at a time on each.
+struct Pool {
+    /// `host:port`, for connecting and the `Host` header.
+    authority: String,
+    host: HeaderValue,
+    idle: Mutex<Vec<Connection>>,
+    max_idle: usize,
 }
 
 /// A job handed out by `/pop`, with only the fields the workloads read.
@@ -56,24 +76,23 @@ pub(crate) struct TopicCounts {
 }
 
 impl BenchClient {
-    /// Returns a client of `server` keeping up to `pool_size` idle connections.
+    /// Returns a client of `server` (`http://host:port`) keeping up to `pool_size` idle connections.
     ///
     /// # Errors
-    /// Returns [`BenchError::Invalid`] when the client cannot be built.
+    /// Returns [`BenchError::Invalid`] when `server` is not a plain `http://host:port` URL.
     pub(crate) fn new(server: &str, pool_size: usize) -> BenchResult<BenchClient> {
-        let http = reqwest::Client::builder()
-            .http1_only()
-            .tcp_nodelay(true)
-            .no_proxy()
-            .pool_max_idle_per_host(pool_size.max(1))
-            .pool_idle_timeout(None)
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|error| BenchError::Invalid(format!("cannot build the http client: {error}")))?;
         let base_url = server.trim_end_matches('/').to_owned();
+        let authority = base_url
+            .strip_prefix("http://")
+            .filter(|authority| !authority.is_empty() && !authority.contains('/'))
+            .ok_or_else(|| BenchError::Invalid(format!("server must be http://host:port, not {server}")))?
+            .to_owned();
+        let host = HeaderValue::from_str(&authority)
+            .map_err(|error| BenchError::Invalid(format!("server {server}: {error}")))?;
+        let pool = Pool { authority, host, idle: Mutex::new(Vec::new()), max_idle: pool_size.max(1) };
         let push_url = format!("{base_url}/push");
         let batch_url = format!("{base_url}/push/batch");
-        Ok(BenchClient { http, base_url, push_url, batch_url })
+        Ok(BenchClient { pool: Arc::new(pool), base_url, push_url, batch_url })
     }
 
     /// Returns `path` (with its query) on the server.
@@ -92,7 +111,7 @@ impl BenchClient {
         for _ in 0..connections {
             let client = self.clone();
             let url = health_url.clone();
-            requests.spawn(async move { client.send(client.http.get(&url), &url).await });
+            requests.spawn(async move { client.send(Method::GET, &url, None).await });
         }
         while let Some(joined) = requests.join_next().await {
             let (status, body) =
@@ -103,18 +122,31 @@ impl BenchClient {
     }
 
     /// Sends a request and reads the whole answer, so the connection goes back to the pool.
-    async fn send(&self, request: reqwest::RequestBuilder, url: &str) -> BenchResult<(u16, Bytes)> {
-        let http_error = |source| BenchError::Http { url: url.to_owned(), source };
-        let response = request.send().await.map_err(http_error)?;
-        let status = response.status().as_u16();
-        let body = response.bytes().await.map_err(http_error)?;
-        Ok((status, body))
+    async fn send(&self, method: Method, url: &str, json: Option<Bytes>) -> BenchResult<(u16, Bytes)> {
+        let http_error =
+            |source: Box<dyn std::error::Error + Send + Sync>| BenchError::Http { url: url.to_owned(), source };
+        let path = url.strip_prefix(&self.base_url).filter(|path| path.starts_with('/')).unwrap_or(url);
+        let mut request = Request::builder().method(method).uri(path).header(HOST, self.pool.host.clone());
+        if json.is_some() {
+            request = request.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        let request = request.body(Full::new(json.unwrap_or_default())).map_err(|error| http_error(error.into()))?;
+        let exchange = async {
+            let mut connection = self.pool.take().await?;
+            let response = connection.send_request(request).await?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await?.to_bytes();
+            self.pool.give_back(connection);
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, body))
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
+            Ok(answer) => answer.map_err(http_error),
+            Err(elapsed) => Err(http_error(elapsed.into())),
+        }
     }
 
     async fn post_json(&self, url: &str, payload: Bytes) -> BenchResult<(u16, Bytes)> {
-        let request =
-            self.http.post(url).header(CONTENT_TYPE, HeaderValue::from_static("application/json")).body(payload);
-        self.send(request, url).await
+        self.send(Method::POST, url, Some(payload)).await
     }
 
     /// Pushes one pre-serialized job; `Ok(false)` when the server refused it.
@@ -143,7 +175,7 @@ impl BenchClient {
     /// # Errors
     /// Returns [`BenchError::Http`] or [`BenchError::Status`].
     pub(crate) async fn pop_raw(&self, pop_url: &str) -> BenchResult<Bytes> {
-        let (status, body) = self.send(self.http.get(pop_url), pop_url).await?;
+        let (status, body) = self.send(Method::GET, pop_url, None).await?;
         expect_ok(pop_url, status, &body)?;
         Ok(body)
     }
@@ -154,7 +186,7 @@ impl BenchClient {
     /// Returns [`BenchError::Http`] when the request itself failed.
     pub(crate) async fn finish(&self, job_id: &str) -> BenchResult<bool> {
         let url = self.url(&format!("/finish?jobId={job_id}"));
-        let (status, _) = self.send(self.http.post(&url), &url).await?;
+        let (status, _) = self.send(Method::POST, &url, None).await?;
         Ok(status == 200)
     }
 
@@ -164,7 +196,7 @@ impl BenchClient {
     /// Returns [`BenchError::Http`] or [`BenchError::Status`].
     pub(crate) async fn delete(&self, job_id: &str) -> BenchResult<()> {
         let url = self.url(&format!("/delete?jobId={job_id}"));
-        let (status, body) = self.send(self.http.post(&url), &url).await?;
+        let (status, body) = self.send(Method::POST, &url, None).await?;
         expect_ok(&url, status, &body)
     }
 
@@ -174,7 +206,7 @@ impl BenchClient {
     /// Returns [`BenchError::Http`] or [`BenchError::Status`].
     pub(crate) async fn clear_all(&self) -> BenchResult<Option<u64>> {
         let url = self.url("/clearAll");
-        let (status, body) = self.send(self.http.post(&url), &url).await?;
+        let (status, body) = self.send(Method::POST, &url, None).await?;
         expect_ok(&url, status, &body)?;
         let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         Ok(answer.pointer("/data/cleared").and_then(Value::as_u64))
@@ -201,10 +233,43 @@ impl BenchClient {
     /// Returns a request failure, or [`BenchError::Protocol`] when the topic is not found.
     pub(crate) async fn topic_counts(&self, topic: &str) -> BenchResult<TopicCounts> {
         let url = self.url("/stats");
-        let (status, body) = self.send(self.http.get(&url), &url).await?;
+        let (status, body) = self.send(Method::GET, &url, None).await?;
         expect_ok(&url, status, &body)?;
         let stats: Value = parse_json(&url, &body)?;
         find_topic_counts(&stats, topic).ok_or_else(|| protocol(&url, &format!("no counts for topic {topic}")))
+    }
+}
+
+impl Pool {
+    /// Returns an idle connection that is still open, or a new one.
+    async fn take(&self) -> Result<Connection, Box<dyn std::error::Error + Send + Sync>> {
+        loop {
+            let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+            match idle {
+                Some(mut connection) if !connection.is_closed() => {
+                    if connection.ready().await.is_ok() {
+                        return Ok(connection);
+                    }
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+        let stream = TcpStream::connect(&self.authority).await?;
+        stream.set_nodelay(true)?;
+        let (connection, driver) = http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            // Ends when the connection closes; its requests see the error.
+            let _closed = driver.await;
+        });
+        Ok(connection)
+    }
+
+    fn give_back(&self, connection: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < self.max_idle {
+            idle.push(connection);
+        }
     }
 }
 

@@ -11,9 +11,9 @@ pub(crate) enum BenchError {
     Http {
         /// The request's address.
         url: String,
-        /// What reqwest reported.
+        /// What the connection or the HTTP exchange reported.
         #[source]
-        source: reqwest::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The server answered with an unexpected status.
     #[error("{url} answered {status}: {body}")]
