@@ -64,13 +64,10 @@ impl Combiner {
         loop {
             let group = {
                 let mut waiting = self.lock();
-                let keep = waiting.len().saturating_sub(MAX_GROUP);
-                let mut group = waiting.split_off(keep);
-                if keep > 0 {
-                    // The oldest go first.
-                    std::mem::swap(&mut group, &mut waiting);
-                }
-                group
+                // The oldest go first; the rest wait for the next round.
+                let first = MAX_GROUP.min(waiting.len());
+                let rest = waiting.split_off(first);
+                std::mem::replace(&mut *waiting, rest)
             };
             if group.is_empty() {
                 self.draining.store(false, Ordering::SeqCst);
