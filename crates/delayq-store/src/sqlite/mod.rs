@@ -111,8 +111,11 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             // Sorting and `IN` lists use in-memory scratch tables, not a temp file per statement.
             .pragma("temp_store", "memory")
-            // Negative: KiB. The hot pages of a busy queue stay cached instead of re-read.
-            .pragma("cache_size", "-65536");
+            // Negative: KiB, per connection. The hot pages of a busy queue stay
+            // cached; a larger cache costs more at every commit (SQLite walks its
+            // hash of cached pages) than it saves in reads: 64 MiB pushed about 5%
+            // slower than 8 MiB.
+            .pragma("cache_size", "-8192");
         let writer_options = options
             .clone()
             .journal_mode(SqliteJournalMode::Wal)
