@@ -98,8 +98,14 @@ pub(super) struct SqliteDialect {
 }
 
 impl SqliteDialect {
-    pub(super) fn new(options: SqliteConnectOptions, node: String, host: String) -> SqliteDialect {
-        SqliteDialect { options, idle: Mutex::new(None), node, host }
+    /// Starts with `connection`, opened with `options` (which reconnect after a failed batch).
+    pub(super) fn new(
+        options: SqliteConnectOptions,
+        connection: SqliteConnection,
+        node: String,
+        host: String,
+    ) -> SqliteDialect {
+        SqliteDialect { options, idle: Mutex::new(Some(connection)), node, host }
     }
 
     /// Turns a refused business key into [`StoreError::BizKeyTaken`] naming its holder.

@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::SqlitePool;
+use sqlx::{Connection, SqliteConnection, SqlitePool};
 
 use self::checkpoint::Checkpointer;
 use self::dialect::SqliteDialect;
@@ -127,6 +127,9 @@ impl SqliteStore {
             .await
             .map_err(unavailable)?;
         MIGRATOR.run(&migration_pool).await.map_err(unavailable)?;
+        // The writer's own connection opens before the migration pool closes:
+        // an in-memory database lives only while a connection to it is open.
+        let writer_connection = SqliteConnection::connect_with(&writer_options).await.map_err(unavailable)?;
         migration_pool.close().await;
         let checkpoint_pool = SqlitePoolOptions::new()
             .max_connections(1)
@@ -140,7 +143,7 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(unavailable)?;
-        let writer = GroupCommitWriter::spawn(SqliteDialect::new(writer_options, node, host_name()));
+        let writer = GroupCommitWriter::spawn(SqliteDialect::new(writer_options, writer_connection, node, host_name()));
         let checkpointer = Checkpointer::spawn(checkpoint_pool.clone(), writer.commit_counter());
         Ok(SqliteStore {
             reader,
