@@ -73,6 +73,18 @@ async fn opens_sqlite_urls_and_plain_paths_creating_directories() {
     assert_eq!(journal_mode, "wal");
 }
 
+/// An in-memory database lives while one of its connections is open: the
+/// writer's connection keeps the tables the migrations made.
+#[tokio::test]
+async fn an_in_memory_database_keeps_its_tables() {
+    let store = SqliteStore::open("sqlite::memory:", "node".into()).await.expect("open");
+    let topic = unique_topic("in-memory");
+    let job = sample_job(&unique_name("in-memory"), &topic);
+    insert_ok(&store, &job).await;
+    assert_eq!(get_ok(&store, &job.id).await, job, "readers see the writer's database");
+    store.close().await;
+}
+
 #[tokio::test]
 async fn a_closed_store_refuses_writes() {
     let store = SqliteStore::open_temp("node".into()).await.expect("open");
