@@ -56,6 +56,20 @@ impl QueueError {
             QueueError::Store(store) => store.kind(),
         }
     }
+
+    /// Returns an unavailable error like this one (same backend, its cause as
+    /// text), for each of several callers that one failed call answers.
+    pub(crate) fn unavailable_copy(&self) -> QueueError {
+        match self {
+            QueueError::Store(StoreError::Unavailable { backend, source }) => {
+                QueueError::Store(StoreError::Unavailable { backend, source: source.to_string().into() })
+            }
+            QueueError::Unavailable { backend, source } => {
+                QueueError::Unavailable { backend, source: source.to_string().into() }
+            }
+            other => QueueError::Unavailable { backend: "queue", source: other.to_string().into() },
+        }
+    }
 }
 
 /// The result of a queue or scheduler operation.

@@ -24,7 +24,7 @@ use std::time::Duration;
 use delayq_common::{
     InvalidField, Job, JobDefaults, JobId, JobState, Limits, PushRequest, RetryPolicy, Snowflake, Timestamp, Topic,
 };
-use delayq_store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
+use delayq_store::{JobStore, ListCursor, LogEntry, StateChange, StateCount};
 use tokio::sync::{RwLock, RwLockWriteGuard};
 use tracing::{info, instrument, warn};
 
@@ -268,24 +268,24 @@ impl DelayQueue {
             }
             let Some((slice, slice_slots, stored)) = stored else { continue };
             match stored {
-                Ok(stored) if stored.iter().all(Result::is_ok) => {
-                    failpoint::crash_if_armed(failpoint::PUSH_AFTER_STORE);
-                    stored_slice = Some((Cow::Borrowed(slice), slice_slots.to_vec()));
-                }
                 Ok(stored) => {
-                    let mut accepted = Vec::with_capacity(slice.len());
-                    let mut accepted_slots = Vec::with_capacity(slice.len());
-                    for ((job, &slot), outcome) in slice.iter().zip(slice_slots).zip(stored) {
-                        match outcome {
-                            Ok(()) => {
-                                accepted.push(job.clone());
-                                accepted_slots.push(slot);
-                            }
-                            Err(refused) => outcomes[slot] = Err(refused.into()),
-                        }
-                    }
                     failpoint::crash_if_armed(failpoint::PUSH_AFTER_STORE);
-                    stored_slice = Some((Cow::Owned(accepted), accepted_slots));
+                    stored_slice = Some(if stored.iter().all(Result::is_ok) {
+                        (Cow::Borrowed(slice), slice_slots.to_vec())
+                    } else {
+                        let mut accepted = Vec::with_capacity(slice.len());
+                        let mut accepted_slots = Vec::with_capacity(slice.len());
+                        for ((job, &slot), outcome) in slice.iter().zip(slice_slots).zip(stored) {
+                            match outcome {
+                                Ok(()) => {
+                                    accepted.push(job.clone());
+                                    accepted_slots.push(slot);
+                                }
+                                Err(refused) => outcomes[slot] = Err(refused.into()),
+                            }
+                        }
+                        (Cow::Owned(accepted), accepted_slots)
+                    });
                 }
                 Err(error) => {
                     let error = QueueError::from(error);
@@ -674,20 +674,7 @@ struct Restored {
 /// Gives each job of a batch at `slots` its own copy of the failure that kept it out.
 fn fail_slots(outcomes: &mut [QueueResult<Pushed>], slots: &[usize], error: &QueueError) {
     for &slot in slots {
-        outcomes[slot] = Err(unavailable_like(error));
-    }
-}
-
-/// Returns a copy of a failure that kept a whole slice of a batch out.
-fn unavailable_like(error: &QueueError) -> QueueError {
-    match error {
-        QueueError::Store(StoreError::Unavailable { backend, source }) => {
-            QueueError::Store(StoreError::Unavailable { backend, source: source.to_string().into() })
-        }
-        QueueError::Unavailable { backend, source } => {
-            QueueError::Unavailable { backend, source: source.to_string().into() }
-        }
-        other => QueueError::Unavailable { backend: "queue", source: other.to_string().into() },
+        outcomes[slot] = Err(error.unavailable_copy());
     }
 }
 

@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use super::connection::{unavailable, TimedOut};
 use super::engine::Engine;
-use crate::error::{QueueError, QueueResult};
+use crate::error::QueueResult;
 
 /// The most jobs one drain round sends.
 const MAX_GROUP: usize = 1024;
@@ -87,12 +87,8 @@ impl Combiner {
                     }
                 }
                 Err(error) => {
-                    let reason = match &error {
-                        QueueError::Unavailable { source, .. } => source.to_string(),
-                        other => other.to_string(),
-                    };
                     for reply in replies {
-                        let _gone = reply.send(Err(unavailable(reason.clone())));
+                        let _gone = reply.send(Err(error.unavailable_copy()));
                     }
                 }
             }

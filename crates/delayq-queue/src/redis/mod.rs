@@ -376,7 +376,7 @@ async fn schedule_jobs(engine: &Engine, jobs: &[Job]) -> QueueResult<Vec<QueueRe
             }
             Err(error) => {
                 for &position in chunk.iter() {
-                    outcomes[position] = Some(Err(unavailable(error.to_string())));
+                    outcomes[position] = Some(Err(error.unavailable_copy()));
                 }
                 first_failure.get_or_insert(error);
             }
