@@ -180,12 +180,19 @@ const SELECT_JOB: &str = concat!("SELECT ", job_columns!(), " FROM job WHERE id 
 const SELECT_HISTORY: &str = "SELECT status, attempt, update_time, node FROM job_log WHERE job_id = ? ORDER BY id";
 const SELECT_LIVE_BY_BIZ_KEY: &str =
     concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND bizkey = ? AND status IN ", live_states!());
-const LIST_FIRST_PAGE: &str =
-    concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND status = ? ORDER BY run_at, id LIMIT ?");
+/// A page of a listing: the ids come from the covering `(topic, status, id,
+/// run_at)` index, sorted by due time, and only the page's rows are read.
+const LIST_FIRST_PAGE: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM job WHERE id IN (SELECT id FROM job WHERE topic = ? AND status = ? ORDER BY run_at, id LIMIT ?) \
+     ORDER BY run_at, id"
+);
 const LIST_AFTER_CURSOR: &str = concat!(
     "SELECT ",
     job_columns!(),
-    " FROM job WHERE topic = ? AND status = ? AND (run_at, id) > (?, ?) ORDER BY run_at, id LIMIT ?"
+    " FROM job WHERE id IN (SELECT id FROM job WHERE topic = ? AND status = ? AND (run_at, id) > (?, ?) \
+     ORDER BY run_at, id LIMIT ?) ORDER BY run_at, id"
 );
 const LIVE_JOBS: &str =
     concat!("SELECT ", job_columns!(), " FROM job WHERE status IN ", live_states!(), " AND id > ? ORDER BY id LIMIT ?");
