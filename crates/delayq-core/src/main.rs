@@ -27,6 +27,12 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 
+/// The server allocates and frees many small buffers on several threads at
+/// once (requests, statements, script arguments); mimalloc's per-thread heaps
+/// keep that off the shared arenas of the system allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
