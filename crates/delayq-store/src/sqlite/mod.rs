@@ -41,6 +41,9 @@ pub const DATABASE_FILE_NAME: &str = "delayq.db";
 const BACKEND: &str = "sqlite";
 /// How long a statement waits for a lock held by another connection or process.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Rows the writer's connection may return before its caller takes them: more
+/// than one multi-row insert returns (see `bulk.rs`).
+const WRITER_ROW_BUFFER: usize = 1024;
 /// How long a read waits for a free connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_CONNECTIONS: u32 = 4;
@@ -119,7 +122,11 @@ impl SqliteStore {
         let writer_options = options
             .clone()
             .journal_mode(SqliteJournalMode::Wal)
-            .pragma("wal_autocheckpoint", checkpoint::WRITER_THRESHOLD_PAGES.to_string());
+            .pragma("wal_autocheckpoint", checkpoint::WRITER_THRESHOLD_PAGES.to_string())
+            // A batch insert returns a row per job. With sqlx's default of 50
+            // buffered rows, the connection's thread stopped every 50 rows until
+            // the writer task (on the runtime) took them: a thread hand-off each.
+            .row_buffer_size(WRITER_ROW_BUFFER);
         let migration_pool = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(ACQUIRE_TIMEOUT)
