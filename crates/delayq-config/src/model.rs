@@ -98,7 +98,7 @@ pub struct SchedulerConfig {
     pub redis_url: Option<String>,
     /// The prefix of every Redis key and channel; nodes sharing one queue use the same.
     pub redis_prefix: String,
-    /// Delay buckets (shards) in Redis; unset: 4 on a standalone Redis, 8 per
+    /// Delay buckets (shards) in Redis; unset: 1 on a standalone Redis, 8 per
     /// master (at least 16) in a cluster. The first node to use a prefix records
     /// the count and later nodes adopt it.
     pub redis_shards: Option<usize>,
