@@ -102,8 +102,17 @@ impl RoleInfo {
 pub type RoleProvider = Arc<dyn Fn() -> RoleInfo + Send + Sync>;
 
 /// The state shared by every handler.
+///
+/// One `Arc`: axum clones the state for every extractor and middleware of
+/// every request, and one shared counter is cheaper to bump than three.
 #[derive(Clone)]
 pub struct AppState {
+    shared: Arc<SharedState>,
+}
+
+/// What [`AppState`] shares.
+#[derive(Clone)]
+pub struct SharedState {
     /// The queue every operation goes to.
     pub(crate) queue: Arc<DelayQueue>,
     /// Auth, limits and the metrics handle.
@@ -112,23 +121,30 @@ pub struct AppState {
     pub(crate) role: RoleProvider,
 }
 
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+
+    fn deref(&self) -> &SharedState {
+        &self.shared
+    }
+}
+
 impl AppState {
     /// Creates the state of a standalone node (use [`AppState::with_role`] in a cluster).
     pub fn new(queue: Arc<DelayQueue>, config: ControllerConfig) -> AppState {
         let standalone = RoleInfo { role: Role::Standalone, leader: None, members: Vec::new(), coordinator: None };
         let role: RoleProvider = Arc::new(move || standalone.clone());
-        AppState { queue, config: Arc::new(config), role }
+        AppState { shared: Arc::new(SharedState { queue, config: Arc::new(config), role }) }
     }
 
     /// Replaces the role provider.
-    pub fn with_role(mut self, role: RoleProvider) -> AppState {
-        self.role = role;
-        self
+    pub fn with_role(self, role: RoleProvider) -> AppState {
+        AppState { shared: Arc::new(SharedState { role, ..SharedState::clone(&self.shared) }) }
     }
 
     /// Returns the queue.
     pub fn queue(&self) -> &Arc<DelayQueue> {
-        &self.queue
+        &self.shared.queue
     }
 }
 
