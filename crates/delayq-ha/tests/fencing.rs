@@ -39,7 +39,10 @@ async fn partitioned_leader_steps_down_before_a_successor_is_elected() {
         .find(|(_, role)| role.kind != RoleKind::Leader)
         .expect("the partitioned leader never stepped down");
     let new_history = new_recorder.finish().await;
-    let (successor_elected_at, _) = new_history.iter().find(|(_, role)| role.kind == RoleKind::Leader).unwrap();
+    let (successor_elected_at, _) = new_history
+        .iter()
+        .find(|(_, role)| role.kind == RoleKind::Leader)
+        .expect("the successor's recorder saw it elected");
     let step_down = stepped_down_at.duration_since(frozen_at);
     println!(
         "stepped down after {step_down:?}, successor elected after {:?}",

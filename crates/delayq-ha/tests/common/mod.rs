@@ -119,14 +119,17 @@ impl RoleRecorder {
         let task = tokio::spawn(async move {
             let mut seen = Vec::new();
             loop {
+                // A change already made is recorded before a stop is honoured:
+                // `finish` right after a role changed still sees that change.
                 tokio::select! {
-                    () = stopped.cancelled() => return seen,
+                    biased;
                     changed = role.changed() => {
                         if changed.is_err() {
                             return seen;
                         }
                         seen.push((Instant::now(), role.borrow_and_update().clone()));
                     }
+                    () = stopped.cancelled() => return seen,
                 }
             }
         });
