@@ -1,6 +1,6 @@
 -- The listing index leads with the id instead of the due time.
 --
--- Ids are snowflakes (or the client's own), so a push appends to this index
+-- The ids delayq assigns are snowflakes, so a push appends to this index
 -- instead of landing on a random page of it: with (topic, status, run_at, id)
 -- every pushed job dirtied a page of its own, which made that index most of the
 -- cost of a push. Listing a topic's jobs in a state, oldest due first, now
