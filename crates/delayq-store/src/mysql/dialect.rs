@@ -16,7 +16,7 @@ use super::rows::{
     JOB_COLUMN_COUNT,
 };
 use crate::store::{BoxError, StateChange, StoreError};
-use crate::writer::{BatchDialect, LogRow};
+use crate::writer::{moves_forward, BatchDialect, LogRow};
 
 /// The row counts of multi-row statements, largest first; a batch is cut into
 /// chunks of these sizes, so that a few prepared statements (cached per
@@ -43,9 +43,14 @@ const REPLACE_LIVE_JOB: &str = concat!("UPDATE job SET ", job_assignments!(), " 
 /// Overwrites every column of an ended job whose id is pushed again.
 const OVERWRITE_ENDED_JOB: &str = concat!("UPDATE job SET ", job_assignments!(), " WHERE id = ? AND is_live = 0");
 
-/// Moves a live job; ended jobs never move, so a late journal entry cannot revive one.
-const CHANGE_STATE: &str = "UPDATE job SET status = ?, attempt = ?, run_at = ?, update_time = ?, result = ? \
-                            WHERE id = ? AND is_live = 1";
+/// Moves a live job forward; ended jobs never move, so a late journal entry cannot
+/// revive one, and a live job never goes back ([`moves_forward`]). Binds: status,
+/// attempt, run_at, update_time, result, id, then status, attempt, attempt, status.
+const CHANGE_STATE: &str = concat!(
+    "UPDATE job SET status = ?, attempt = ?, run_at = ?, update_time = ?, result = ? \
+     WHERE id = ? AND is_live = 1 AND ",
+    moves_forward!("status", "attempt", "?", "?")
+);
 
 const SELECT_LIVE_FOR_UPDATE: &str = "SELECT id, attempt FROM job WHERE is_live = 1 ORDER BY id FOR UPDATE";
 const DELETE_ALL_LIVE: &str = "UPDATE job SET status = 'deleted', update_time = ? WHERE is_live = 1";
@@ -243,7 +248,11 @@ impl BatchDialect for MysqlDialect {
             .bind(epoch_ms(change.run_at))
             .bind(epoch_ms(change.at))
             .bind(change.result.as_deref())
-            .bind(change.id.as_str());
+            .bind(change.id.as_str())
+            .bind(change.state.as_str())
+            .bind(i64::from(change.attempt))
+            .bind(i64::from(change.attempt))
+            .bind(change.state.as_str());
         let done = within(update.execute(&mut *tx)).await?;
         Ok(done.rows_affected() > 0)
     }

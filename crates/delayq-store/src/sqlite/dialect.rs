@@ -11,7 +11,7 @@ use sqlx::{Connection, Executor, QueryBuilder, Sqlite, SqliteConnection};
 use super::bulk;
 use super::rows::{bind_job, epoch_ms, job_columns, live_states, number};
 use crate::store::{BoxError, StateChange, StoreError};
-use crate::writer::{BatchDialect, LogRow};
+use crate::writer::{moves_forward, BatchDialect, LogRow};
 
 /// The conflict clause of every job insert: a row with the same id is
 /// overwritten only when its job has ended; when a live job holds the id, no
@@ -52,20 +52,26 @@ const REPLACE_JOB: &str = concat!(
     live_states!()
 );
 
-/// Moves a live job; ended jobs never move, so a late journal entry cannot revive one.
+/// Moves a live job forward; ended jobs never move, so a late journal entry cannot
+/// revive one, and a live job never goes back ([`moves_forward`]).
 const CHANGE_STATE: &str = concat!(
-    "UPDATE job SET status = ?, attempt = ?, run_at = ?, update_time = ?, result = ? \
-     WHERE id = ? AND status IN ",
-    live_states!()
+    "UPDATE job SET status = ?1, attempt = ?2, run_at = ?3, update_time = ?4, result = ?5 \
+     WHERE id = ?6 AND status IN ",
+    live_states!(),
+    " AND ",
+    moves_forward!("status", "attempt", "?1", "?2")
 );
 
 /// Moves many live jobs at once, after a `WITH v (...) AS (VALUES ...)` of the
-/// changes; returns the ids it moved. Ended jobs never move, as in [`CHANGE_STATE`].
+/// changes; returns the ids it moved. Ended jobs never move and live jobs only
+/// forward, as in [`CHANGE_STATE`].
 const CHANGE_STATES_TAIL: &str = concat!(
     ") UPDATE job SET status = v.status, attempt = v.attempt, run_at = v.run_at, \
      update_time = v.update_time, result = v.result \
      FROM v WHERE job.id = v.id AND job.status IN ",
     live_states!(),
+    " AND ",
+    moves_forward!("job.status", "job.attempt", "v.status", "v.attempt"),
     " RETURNING job.id"
 );
 

@@ -217,6 +217,40 @@ pub async fn check_ended_jobs_never_move(store: Arc<dyn JobStore>) {
     assert_eq!(history_states(&*store, &job.id).await, [JobState::Delay, JobState::Deleted]);
 }
 
+/// A live job only moves forward: within one attempt delay, ready, reserved; a
+/// change that arrives after a later one (say the timer's `ready` after a pop's
+/// `reserved`, journaled by two tasks or two nodes) is ignored, alone or in a
+/// batch. A later attempt and an ending state always apply.
+pub async fn check_live_jobs_never_go_back(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("forward");
+    let job = sample_job(&unique_name("forward"), &topic);
+    let other = sample_job(&unique_name("forward-other"), &topic);
+    insert_ok(&*store, &job).await;
+    insert_ok(&*store, &other).await;
+    let at = Timestamp::now();
+    let later = |ms| at.plus(Duration::from_millis(ms));
+    store
+        .record(vec![change(&job, JobState::Reserved, at), change(&other, JobState::Reserved, at)])
+        .await
+        .expect("record");
+    // Late `ready` entries of the same attempt: one alone, then two in one batch.
+    store.record(vec![change(&job, JobState::Ready, later(1))]).await.expect("record");
+    store.journal(vec![change(&job, JobState::Delay, later(2)), change(&other, JobState::Ready, later(2))]);
+    store.flush().await.expect("flush");
+    for id in [&job.id, &other.id] {
+        let stored = get_ok(&*store, id).await;
+        assert_eq!((stored.state, stored.updated_at), (JobState::Reserved, at), "{id} went back");
+        assert_eq!(history_states(&*store, id).await, [JobState::Delay, JobState::Reserved]);
+    }
+    // A redelivery (the next attempt) moves it to ready; an ending state always applies.
+    let mut redelivered = change(&job, JobState::Ready, later(3));
+    redelivered.attempt = job.attempt + 1;
+    store.record(vec![redelivered, change(&other, JobState::Finished, later(3))]).await.expect("record");
+    let stored = get_ok(&*store, &job.id).await;
+    assert_eq!((stored.state, stored.attempt), (JobState::Ready, job.attempt + 1));
+    assert_eq!(get_ok(&*store, &other.id).await.state, JobState::Finished);
+}
+
 /// Journal entries submitted before a durable write are applied before it.
 pub async fn check_journal_is_ordered_with_durable_writes(store: Arc<dyn JobStore>) {
     let topic = unique_topic("journal");

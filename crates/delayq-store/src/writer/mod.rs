@@ -19,6 +19,36 @@
 //! Layout: this module holds the dialect seam and the callers' handle; `task`
 //! holds the writer task (batching, applying, answering, retrying).
 
+/// The SQL condition under which a state change applies to a live row, given
+/// the row's and the change's status and attempt as SQL expressions: an ending
+/// state always; a live state only forward (a later attempt, or the same attempt
+/// in the same or a later state: delay, ready, reserved). A change that arrives
+/// after a later one of the same job (journals are written in the background, by
+/// every node) would otherwise take the row back, e.g. to ready after reserved.
+macro_rules! moves_forward {
+    ($row_status:literal, $row_attempt:literal, $status:literal, $attempt:literal) => {
+        concat!(
+            "(",
+            $status,
+            " NOT IN ('delay', 'ready', 'reserved') OR ",
+            $row_attempt,
+            " < ",
+            $attempt,
+            " OR (",
+            $row_attempt,
+            " = ",
+            $attempt,
+            " AND CASE ",
+            $row_status,
+            " WHEN 'delay' THEN 0 WHEN 'ready' THEN 1 ELSE 2 END",
+            " <= CASE ",
+            $status,
+            " WHEN 'delay' THEN 0 WHEN 'ready' THEN 1 ELSE 2 END))"
+        )
+    };
+}
+pub(crate) use moves_forward;
+
 mod task;
 
 use std::sync::atomic::{AtomicU64, Ordering};
