@@ -46,12 +46,15 @@ const OVERWRITE_ENDED_JOB: &str = concat!("UPDATE job SET ", job_assignments!(),
 /// Moves a live job forward; ended jobs never move, so a late journal entry cannot
 /// revive one, and a live job never goes back ([`moves_forward`]). Binds: status,
 /// attempt, run_at, update_time, result, id, then status, attempt, attempt, status.
+/// (MariaDB assigns `SET` columns left to right, each seeing the ones before, so
+/// the condition cannot go into the `SET` expressions as in SQLite.)
 const CHANGE_STATE: &str = concat!(
     "UPDATE job SET status = ?, attempt = ?, run_at = ?, update_time = ?, result = ? \
      WHERE id = ? AND is_live = 1 AND ",
     moves_forward!("status", "attempt", "?", "?")
 );
 
+const IS_LIVE: &str = "SELECT is_live FROM job WHERE id = ?";
 const SELECT_LIVE_FOR_UPDATE: &str = "SELECT id, attempt FROM job WHERE is_live = 1 ORDER BY id FOR UPDATE";
 const DELETE_ALL_LIVE: &str = "UPDATE job SET status = 'deleted', update_time = ? WHERE is_live = 1";
 const LIVE_HOLDER_OF_BIZ_KEY: &str = "SELECT id FROM job WHERE topic = ? AND live_bizkey = ?";
@@ -254,7 +257,14 @@ impl BatchDialect for MysqlDialect {
             .bind(i64::from(change.attempt))
             .bind(change.state.as_str());
         let done = within(update.execute(&mut *tx)).await?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() > 0 {
+            return Ok(true);
+        }
+        // Not moved: a live job it would have taken back still counts (its
+        // history line is written); an unknown or ended job does not.
+        let live: Option<i8> =
+            within(sqlx::query_scalar(IS_LIVE).bind(change.id.as_str()).fetch_optional(&mut *tx)).await?;
+        Ok(live == Some(1))
     }
 
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {

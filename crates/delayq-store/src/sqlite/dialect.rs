@@ -52,26 +52,56 @@ const REPLACE_JOB: &str = concat!(
     live_states!()
 );
 
+/// `new` when the change moves the row forward ([`moves_forward`]), else the column as it is.
+macro_rules! forward_or_keep {
+    ($row_status:literal, $row_attempt:literal, $status:literal, $attempt:literal, $new:literal, $column:literal) => {
+        concat!(
+            "CASE WHEN ",
+            moves_forward!($row_status, $row_attempt, $status, $attempt),
+            " THEN ",
+            $new,
+            " ELSE ",
+            $column,
+            " END"
+        )
+    };
+}
+
 /// Moves a live job forward; ended jobs never move, so a late journal entry cannot
-/// revive one, and a live job never goes back ([`moves_forward`]).
+/// revive one. A change that would take a live job back ([`moves_forward`]) leaves
+/// its row as it is but still counts (its history line is written). SQLite reads
+/// the old row in every `SET` expression, so each can test the same condition.
 const CHANGE_STATE: &str = concat!(
-    "UPDATE job SET status = ?1, attempt = ?2, run_at = ?3, update_time = ?4, result = ?5 \
-     WHERE id = ?6 AND status IN ",
-    live_states!(),
-    " AND ",
-    moves_forward!("status", "attempt", "?1", "?2")
+    "UPDATE job SET status = ",
+    forward_or_keep!("status", "attempt", "?1", "?2", "?1", "status"),
+    ", attempt = ",
+    forward_or_keep!("status", "attempt", "?1", "?2", "?2", "attempt"),
+    ", run_at = ",
+    forward_or_keep!("status", "attempt", "?1", "?2", "?3", "run_at"),
+    ", update_time = ",
+    forward_or_keep!("status", "attempt", "?1", "?2", "?4", "update_time"),
+    ", result = ",
+    forward_or_keep!("status", "attempt", "?1", "?2", "?5", "result"),
+    " WHERE id = ?6 AND status IN ",
+    live_states!()
 );
 
 /// Moves many live jobs at once, after a `WITH v (...) AS (VALUES ...)` of the
-/// changes; returns the ids it moved. Ended jobs never move and live jobs only
-/// forward, as in [`CHANGE_STATE`].
+/// changes; returns the ids of the live jobs it was given. Ended jobs never move
+/// and live jobs only forward, as in [`CHANGE_STATE`].
 const CHANGE_STATES_TAIL: &str = concat!(
-    ") UPDATE job SET status = v.status, attempt = v.attempt, run_at = v.run_at, \
-     update_time = v.update_time, result = v.result \
-     FROM v WHERE job.id = v.id AND job.status IN ",
+    ") UPDATE job SET status = ",
+    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.status", "job.status"),
+    ", attempt = ",
+    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.attempt", "job.attempt"),
+    ", run_at = ",
+    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.run_at", "job.run_at"),
+    ", update_time = ",
+    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.update_time", "job.update_time"),
+    ", result = ",
+    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.result", "job.result"),
+    " FROM v WHERE job.id = v.id AND job.status IN ",
     live_states!(),
-    " AND ",
-    moves_forward!("job.status", "job.attempt", "v.status", "v.attempt"),
     " RETURNING job.id"
 );
 

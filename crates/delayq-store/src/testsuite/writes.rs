@@ -219,8 +219,9 @@ pub async fn check_ended_jobs_never_move(store: Arc<dyn JobStore>) {
 
 /// A live job only moves forward: within one attempt delay, ready, reserved; a
 /// change that arrives after a later one (say the timer's `ready` after a pop's
-/// `reserved`, journaled by two tasks or two nodes) is ignored, alone or in a
-/// batch. A later attempt and an ending state always apply.
+/// `reserved`, journaled by two tasks or two nodes) leaves the row as it is, alone
+/// or in a batch, while the history still records it. A later attempt and an
+/// ending state always apply.
 pub async fn check_live_jobs_never_go_back(store: Arc<dyn JobStore>) {
     let topic = unique_topic("forward");
     let job = sample_job(&unique_name("forward"), &topic);
@@ -240,8 +241,10 @@ pub async fn check_live_jobs_never_go_back(store: Arc<dyn JobStore>) {
     for id in [&job.id, &other.id] {
         let stored = get_ok(&*store, id).await;
         assert_eq!((stored.state, stored.updated_at), (JobState::Reserved, at), "{id} went back");
-        assert_eq!(history_states(&*store, id).await, [JobState::Delay, JobState::Reserved]);
     }
+    let late = [JobState::Delay, JobState::Reserved, JobState::Ready];
+    assert_eq!(history_states(&*store, &job.id).await, [&late[..], &[JobState::Delay]].concat());
+    assert_eq!(history_states(&*store, &other.id).await, late);
     // A redelivery (the next attempt) moves it to ready; an ending state always applies.
     let mut redelivered = change(&job, JobState::Ready, later(3));
     redelivered.attempt = job.attempt + 1;

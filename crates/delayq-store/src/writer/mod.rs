@@ -106,7 +106,9 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     async fn replace_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError>;
 
     /// Applies `change` to the row of a live job; returns `false` when the job
-    /// is unknown or has ended (ended jobs never move).
+    /// is unknown or has ended (ended jobs never move). A change that would take
+    /// a live job back ([`moves_forward`]) leaves the row as it is and returns
+    /// `true`: it happened, so the history records it.
     async fn change_state(&self, tx: &mut Self::Tx, change: &StateChange) -> Result<bool, BoxError>;
 
     /// Applies `changes` in order, each as by [`BatchDialect::change_state`];
