@@ -52,15 +52,36 @@ const REPLACE_JOB: &str = concat!(
     live_states!()
 );
 
-/// `new` when the change moves the row forward ([`moves_forward`]), else the column as it is.
+/// The `SET` list of a state change: each column takes its new value when the
+/// change moves the row forward ([`moves_forward`]), else keeps its own. `$row`
+/// prefixes the row's columns ("" or "job."); the rest are the new values.
+macro_rules! forward_assignments {
+    ($row:literal, $status:literal, $attempt:literal, $run_at:literal, $update_time:literal, $result:literal) => {
+        concat!(
+            "status = ",
+            forward_or_keep!($row, $status, $attempt, $status, "status"),
+            ", attempt = ",
+            forward_or_keep!($row, $status, $attempt, $attempt, "attempt"),
+            ", run_at = ",
+            forward_or_keep!($row, $status, $attempt, $run_at, "run_at"),
+            ", update_time = ",
+            forward_or_keep!($row, $status, $attempt, $update_time, "update_time"),
+            ", result = ",
+            forward_or_keep!($row, $status, $attempt, $result, "result")
+        )
+    };
+}
+
+/// `$new` when the change (`$status`, `$attempt`) moves the row forward, else the row's `$column`.
 macro_rules! forward_or_keep {
-    ($row_status:literal, $row_attempt:literal, $status:literal, $attempt:literal, $new:literal, $column:literal) => {
+    ($row:literal, $status:literal, $attempt:literal, $new:literal, $column:literal) => {
         concat!(
             "CASE WHEN ",
-            moves_forward!($row_status, $row_attempt, $status, $attempt),
+            moves_forward!(concat!($row, "status"), concat!($row, "attempt"), $status, $attempt),
             " THEN ",
             $new,
             " ELSE ",
+            $row,
             $column,
             " END"
         )
@@ -72,16 +93,8 @@ macro_rules! forward_or_keep {
 /// its row as it is but still counts (its history line is written). SQLite reads
 /// the old row in every `SET` expression, so each can test the same condition.
 const CHANGE_STATE: &str = concat!(
-    "UPDATE job SET status = ",
-    forward_or_keep!("status", "attempt", "?1", "?2", "?1", "status"),
-    ", attempt = ",
-    forward_or_keep!("status", "attempt", "?1", "?2", "?2", "attempt"),
-    ", run_at = ",
-    forward_or_keep!("status", "attempt", "?1", "?2", "?3", "run_at"),
-    ", update_time = ",
-    forward_or_keep!("status", "attempt", "?1", "?2", "?4", "update_time"),
-    ", result = ",
-    forward_or_keep!("status", "attempt", "?1", "?2", "?5", "result"),
+    "UPDATE job SET ",
+    forward_assignments!("", "?1", "?2", "?3", "?4", "?5"),
     " WHERE id = ?6 AND status IN ",
     live_states!()
 );
@@ -90,16 +103,8 @@ const CHANGE_STATE: &str = concat!(
 /// changes; returns the ids of the live jobs it was given. Ended jobs never move
 /// and live jobs only forward, as in [`CHANGE_STATE`].
 const CHANGE_STATES_TAIL: &str = concat!(
-    ") UPDATE job SET status = ",
-    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.status", "job.status"),
-    ", attempt = ",
-    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.attempt", "job.attempt"),
-    ", run_at = ",
-    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.run_at", "job.run_at"),
-    ", update_time = ",
-    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.update_time", "job.update_time"),
-    ", result = ",
-    forward_or_keep!("job.status", "job.attempt", "v.status", "v.attempt", "v.result", "job.result"),
+    ") UPDATE job SET ",
+    forward_assignments!("job.", "v.status", "v.attempt", "v.run_at", "v.update_time", "v.result"),
     " FROM v WHERE job.id = v.id AND job.status IN ",
     live_states!(),
     " RETURNING job.id"

@@ -26,7 +26,7 @@
 /// after a later one of the same job (journals are written in the background, by
 /// every node) would otherwise take the row back, e.g. to ready after reserved.
 macro_rules! moves_forward {
-    ($row_status:literal, $row_attempt:literal, $status:literal, $attempt:literal) => {
+    ($row_status:expr, $row_attempt:expr, $status:expr, $attempt:expr) => {
         concat!(
             "(",
             $status,
