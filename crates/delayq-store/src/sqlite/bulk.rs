@@ -10,9 +10,9 @@
 use std::collections::HashSet;
 
 use delayq_common::Job;
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::{QueryBuilder, Sqlite};
 
-use super::dialect::{is_unique_violation, SqliteDialect, UPSERT_CONFLICT_CLAUSE};
+use super::dialect::{is_unique_violation, SqliteDialect, SqliteTx, UPSERT_CONFLICT_CLAUSE};
 use super::rows::{duration_ms, encode_backoff, epoch_ms, job_columns};
 use crate::store::{BoxError, StoreError};
 use crate::writer::BatchDialect;
@@ -25,7 +25,7 @@ type Outcomes = Vec<Result<(), StoreError>>;
 /// Inserts `jobs` in order; one outcome per job, as [`BatchDialect::insert_job`] would give.
 pub(super) async fn insert_jobs(
     dialect: &SqliteDialect,
-    tx: &mut <SqliteDialect as BatchDialect>::Tx,
+    tx: &mut SqliteTx,
     jobs: &[&Job],
 ) -> Result<Outcomes, BoxError> {
     let mut outcomes: Outcomes = Vec::with_capacity(jobs.len());
@@ -54,8 +54,8 @@ pub(super) async fn insert_jobs(
 }
 
 /// Writes jobs in one statement; returns the ids of the rows it inserted or overwrote.
-async fn upsert_chunk(connection: &mut SqliteConnection, jobs: &[&Job]) -> Result<Vec<String>, sqlx::Error> {
-    let mut query = QueryBuilder::<Sqlite>::new(concat!("INSERT INTO job (", job_columns!(), ") "));
+async fn upsert_chunk(tx: &mut SqliteTx, jobs: &[&Job]) -> Result<Vec<String>, sqlx::Error> {
+    let mut query = QueryBuilder::<Sqlite>::new(tx.statement(concat!("INSERT INTO job (", job_columns!(), ") ")));
     query.push_values(jobs, |mut row, job| {
         row.push_bind(job.id.as_str())
             .push_bind(job.biz_key.as_deref())
@@ -77,5 +77,5 @@ async fn upsert_chunk(connection: &mut SqliteConnection, jobs: &[&Job]) -> Resul
     });
     query.push(UPSERT_CONFLICT_CLAUSE);
     query.push(" RETURNING id");
-    query.build_query_scalar().fetch_all(connection).await
+    query.build_query_scalar().fetch_all(tx.connection()).await
 }

@@ -1,5 +1,6 @@
 //! The SQLite statements of the group-commit writer.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
@@ -35,21 +36,28 @@ macro_rules! upsert_on_conflict {
 /// The conflict clause, for statements built at run time ([`super::bulk`]).
 pub(super) const UPSERT_CONFLICT_CLAUSE: &str = upsert_on_conflict!();
 
-/// Inserts one job, bound by [`bind_job`].
+/// Inserts one job, bound by [`bind_job`]; returns its id when it wrote a row.
+///
+/// This and the other single-row changes tell what they did by the row they
+/// return, not by a count of changed rows: they may carry the batch's `BEGIN`
+/// ([`SqliteTx::statement`]), and SQLite reports that statement with the count
+/// of the change before it.
 const INSERT_JOB: &str = concat!(
     "INSERT INTO job (",
     job_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
-    upsert_on_conflict!()
+    upsert_on_conflict!(),
+    " RETURNING id"
 );
 
-/// Overwrites every column of a live job (bound like [`INSERT_JOB`]).
+/// Overwrites every column of a live job (bound like [`INSERT_JOB`]); returns its id when it did.
 const REPLACE_JOB: &str = concat!(
     "UPDATE job SET bizkey = ?2, topic = ?3, subtopic = ?4, delay = ?5, create_time = ?6, \
      body = ?7, status = ?8, ttl = ?9, update_time = ?10, run_at = ?11, ttr = ?12, \
      priority = ?13, attempt = ?14, max_retries = ?15, retry_backoff = ?16, result = ?17 \
      WHERE id = ?1 AND status IN ",
-    live_states!()
+    live_states!(),
+    " RETURNING id"
 );
 
 /// The `SET` list of a state change: each column takes its new value when the
@@ -96,7 +104,8 @@ const CHANGE_STATE: &str = concat!(
     "UPDATE job SET ",
     forward_assignments!("", "?1", "?2", "?3", "?4", "?5"),
     " WHERE id = ?6 AND status IN ",
-    live_states!()
+    live_states!(),
+    " RETURNING id"
 );
 
 /// Moves many live jobs at once, after a `WITH v (...) AS (VALUES ...)` of the
@@ -161,35 +170,62 @@ impl SqliteDialect {
     }
 }
 
+/// The writer's connection during a batch. `BEGIN IMMEDIATE` rides along with
+/// the first statement of the batch instead of taking a round trip to the
+/// connection's thread of its own.
+pub(super) struct SqliteTx {
+    connection: SqliteConnection,
+    begin_pending: bool,
+}
+
+impl SqliteTx {
+    /// `sql`, led by the pending `BEGIN` when it is the batch's first statement.
+    /// The transaction counts as begun from here on: should the statement fail,
+    /// either `BEGIN` ran (a constraint failure, which the batch may go past) or
+    /// the batch fails and the connection is dropped.
+    pub(super) fn statement<'s>(&mut self, sql: &'s str) -> Cow<'s, str> {
+        if std::mem::take(&mut self.begin_pending) {
+            // IMMEDIATE takes the write lock up front, so a second process on the
+            // same file makes us wait (busy timeout) instead of failing mid-batch.
+            Cow::Owned(format!("BEGIN IMMEDIATE; {sql}"))
+        } else {
+            Cow::Borrowed(sql)
+        }
+    }
+
+    /// The connection, for statements that run only after another one.
+    pub(super) fn connection(&mut self) -> &mut SqliteConnection {
+        &mut self.connection
+    }
+}
+
 pub(super) fn is_unique_violation(error: &sqlx::Error) -> bool {
     error.as_database_error().is_some_and(|database| database.is_unique_violation())
 }
 
 #[async_trait]
 impl BatchDialect for SqliteDialect {
-    type Tx = SqliteConnection;
+    type Tx = SqliteTx;
 
     fn backend(&self) -> &'static str {
         super::BACKEND
     }
 
     async fn begin(&self) -> Result<Self::Tx, BoxError> {
-        // IMMEDIATE takes the write lock up front, so a second process on the
-        // same file makes us wait (busy timeout) instead of failing mid-batch.
         let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take();
-        let mut connection = match idle {
+        let connection = match idle {
             Some(connection) => connection,
             None => SqliteConnection::connect_with(&self.options).await?,
         };
-        connection.execute("BEGIN IMMEDIATE").await?;
-        Ok(connection)
+        Ok(SqliteTx { connection, begin_pending: true })
     }
 
     async fn insert_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
-        match bind_job(sqlx::query(INSERT_JOB), job).execute(&mut *tx).await {
-            Ok(done) if done.rows_affected() == 0 => Ok(Err(StoreError::IdTaken(job.id.clone()))),
-            Ok(_) => Ok(Ok(())),
-            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
+        let sql = tx.statement(INSERT_JOB);
+        match bind_job(sqlx::query(&sql), job).fetch_optional(tx.connection()).await {
+            Ok(None) => Ok(Err(StoreError::IdTaken(job.id.clone()))),
+            Ok(Some(_)) => Ok(Ok(())),
+            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx.connection(), job).await?)),
             Err(error) => Err(error.into()),
         }
     }
@@ -202,25 +238,27 @@ impl BatchDialect for SqliteDialect {
     }
 
     async fn replace_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
-        match bind_job(sqlx::query(REPLACE_JOB), job).execute(&mut *tx).await {
-            Ok(done) if done.rows_affected() == 0 => Ok(Err(StoreError::NotFound(job.id.clone()))),
-            Ok(_) => Ok(Ok(())),
-            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
+        let sql = tx.statement(REPLACE_JOB);
+        match bind_job(sqlx::query(&sql), job).fetch_optional(tx.connection()).await {
+            Ok(None) => Ok(Err(StoreError::NotFound(job.id.clone()))),
+            Ok(Some(_)) => Ok(Ok(())),
+            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx.connection(), job).await?)),
             Err(error) => Err(error.into()),
         }
     }
 
     async fn change_state(&self, tx: &mut Self::Tx, change: &StateChange) -> Result<bool, BoxError> {
-        let done = sqlx::query(CHANGE_STATE)
+        let sql = tx.statement(CHANGE_STATE);
+        let changed = sqlx::query(&sql)
             .bind(change.state.as_str())
             .bind(i64::from(change.attempt))
             .bind(epoch_ms(change.run_at))
             .bind(epoch_ms(change.at))
             .bind(change.result.as_deref())
             .bind(change.id.as_str())
-            .execute(&mut *tx)
+            .fetch_optional(tx.connection())
             .await?;
-        Ok(done.rows_affected() > 0)
+        Ok(changed.is_some())
     }
 
     async fn change_states(&self, tx: &mut Self::Tx, changes: &[&StateChange]) -> Result<Vec<bool>, BoxError> {
@@ -238,8 +276,9 @@ impl BatchDialect for SqliteDialect {
                 applied.push(self.change_state(tx, change).await?);
                 continue;
             }
-            let mut update =
-                QueryBuilder::<Sqlite>::new("WITH v (id, status, attempt, run_at, update_time, result) AS (");
+            let mut update = QueryBuilder::<Sqlite>::new(
+                tx.statement("WITH v (id, status, attempt, run_at, update_time, result) AS ("),
+            );
             update.push_values(chunk, |mut values, change| {
                 values
                     .push_bind(change.id.as_str())
@@ -250,7 +289,7 @@ impl BatchDialect for SqliteDialect {
                     .push_bind(change.result.as_deref());
             });
             update.push(CHANGE_STATES_TAIL);
-            let changed: Vec<String> = update.build_query_scalar().fetch_all(&mut *tx).await?;
+            let changed: Vec<String> = update.build_query_scalar().fetch_all(tx.connection()).await?;
             let changed: HashSet<String> = changed.into_iter().collect();
             applied.extend(chunk.iter().map(|change| changed.contains(change.id.as_str())));
         }
@@ -258,7 +297,8 @@ impl BatchDialect for SqliteDialect {
     }
 
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(DELETE_ALL_LIVE).bind(epoch_ms(at)).fetch_all(&mut *tx).await?;
+        let sql = tx.statement(DELETE_ALL_LIVE);
+        let rows: Vec<(String, i64)> = sqlx::query_as(&sql).bind(epoch_ms(at)).fetch_all(tx.connection()).await?;
         let mut deleted = Vec::with_capacity(rows.len());
         for (id, attempt) in rows {
             let id = JobId::parse(id).map_err(|error| StoreError::Corrupt(format!("id: {error}")))?;
@@ -268,6 +308,11 @@ impl BatchDialect for SqliteDialect {
     }
 
     async fn commit(&self, mut tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
+        if tx.begin_pending {
+            // No statement ran, so there is no transaction to end.
+            *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx.connection);
+            return Ok(());
+        }
         let chunks = log.chunks(LOG_ROWS_PER_STATEMENT);
         let last = chunks.len();
         for (index, chunk) in chunks.enumerate() {
@@ -286,12 +331,12 @@ impl BatchDialect for SqliteDialect {
                 // The commit rides along: one round trip to the connection's thread.
                 insert.push("; COMMIT");
             }
-            insert.build().execute(&mut tx).await?;
+            insert.build().execute(tx.connection()).await?;
         }
         if last == 0 {
-            tx.execute("COMMIT").await?;
+            tx.connection().execute("COMMIT").await?;
         }
-        *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
+        *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx.connection);
         Ok(())
     }
 }
