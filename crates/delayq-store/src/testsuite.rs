@@ -44,6 +44,7 @@ macro_rules! store_conformance {
             check_insert_get_round_trip,
             check_duplicate_live_id_is_refused,
             check_insert_over_ended_job_continues_history,
+            check_history_order_within_a_batch,
             check_biz_key_unique_among_live_jobs,
             check_replace,
             check_record_and_history_in_order,

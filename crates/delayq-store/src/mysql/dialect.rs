@@ -279,7 +279,7 @@ impl BatchDialect for MysqlDialect {
         Ok(deleted)
     }
 
-    async fn commit(&self, mut tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
+    async fn append_log(&self, tx: &mut Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
         let mut rest = log;
         while !rest.is_empty() {
             let level = CHUNK_SIZES.iter().position(|&size| size <= rest.len()).unwrap_or(CHUNK_SIZES.len() - 1);
@@ -295,8 +295,13 @@ impl BatchDialect for MysqlDialect {
                     .bind(epoch_ms(row.at))
                     .bind(self.host.as_str());
             }
-            within(insert.execute(&mut tx)).await?;
+            within(insert.execute(&mut *tx)).await?;
         }
+        Ok(())
+    }
+
+    async fn commit(&self, mut tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
+        self.append_log(&mut tx, log).await?;
         within(tx.execute("COMMIT")).await?;
         self.connection.put_back(tx);
         Ok(())

@@ -30,18 +30,8 @@ pub(super) async fn insert_jobs(
 ) -> Result<Outcomes, BoxError> {
     let mut outcomes: Outcomes = Vec::with_capacity(jobs.len());
     for chunk in jobs.chunks(JOBS_PER_STATEMENT) {
-        match upsert_chunk(tx, chunk).await {
-            Ok(written) => {
-                let mut written: HashSet<String> = written.into_iter().collect();
-                for job in chunk {
-                    // The first job of an id takes its written row; a repeat was refused.
-                    if written.remove(job.id.as_str()) {
-                        outcomes.push(Ok(()));
-                    } else {
-                        outcomes.push(Err(StoreError::IdTaken(job.id.clone())));
-                    }
-                }
-            }
+        match upsert_chunk(tx, chunk, "").await {
+            Ok(written) => outcomes.extend(judge(chunk, written)),
             Err(error) if is_unique_violation(&error) => {
                 for job in chunk {
                     outcomes.push(dialect.insert_job(tx, job).await?);
@@ -53,8 +43,36 @@ pub(super) async fn insert_jobs(
     Ok(outcomes)
 }
 
-/// Writes jobs in one statement; returns the ids of the rows it inserted or overwrote.
-async fn upsert_chunk(tx: &mut SqliteTx, jobs: &[&Job]) -> Result<Vec<String>, sqlx::Error> {
+/// Inserts `jobs` and commits in one statement when they fit one; `None` when
+/// they do not, or when a business key was refused: the transaction is then
+/// still open, with nothing written, for [`insert_jobs`] to judge each job.
+pub(super) async fn insert_jobs_and_commit(tx: &mut SqliteTx, jobs: &[&Job]) -> Result<Option<Outcomes>, BoxError> {
+    if jobs.len() > JOBS_PER_STATEMENT {
+        return Ok(None);
+    }
+    match upsert_chunk(tx, jobs, "; COMMIT").await {
+        Ok(written) => Ok(Some(judge(jobs, written).collect())),
+        Err(error) if is_unique_violation(&error) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The outcome of each job of a chunk that wrote the rows of `written`.
+fn judge<'j>(chunk: &'j [&Job], written: Vec<String>) -> impl Iterator<Item = Result<(), StoreError>> + 'j {
+    let mut written: HashSet<String> = written.into_iter().collect();
+    chunk.iter().map(move |job| {
+        // The first job of an id takes its written row; a repeat was refused.
+        if written.remove(job.id.as_str()) {
+            Ok(())
+        } else {
+            Err(StoreError::IdTaken(job.id.clone()))
+        }
+    })
+}
+
+/// Writes jobs in one statement, followed by `tail`; returns the ids of the
+/// rows it inserted or overwrote.
+async fn upsert_chunk(tx: &mut SqliteTx, jobs: &[&Job], tail: &str) -> Result<Vec<String>, sqlx::Error> {
     let mut query = QueryBuilder::<Sqlite>::new(tx.statement(concat!("INSERT INTO job (", job_columns!(), ") ")));
     query.push_values(jobs, |mut row, job| {
         row.push_bind(job.id.as_str())
@@ -77,5 +95,6 @@ async fn upsert_chunk(tx: &mut SqliteTx, jobs: &[&Job]) -> Result<Vec<String>, s
     });
     query.push(UPSERT_CONFLICT_CLAUSE);
     query.push(" RETURNING id");
+    query.push(tail);
     query.build_query_scalar().fetch_all(tx.connection()).await
 }

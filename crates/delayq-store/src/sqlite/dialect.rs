@@ -142,20 +142,29 @@ const LOG_ROWS_PER_STATEMENT: usize = 512;
 /// fails drops it, which rolls its transaction back; the next one reconnects.
 pub(super) struct SqliteDialect {
     options: SqliteConnectOptions,
+    /// [`history_triggers`] of this node, installed on every connection.
+    triggers: String,
     idle: Mutex<Option<SqliteConnection>>,
     node: String,
     host: String,
 }
 
 impl SqliteDialect {
-    /// Starts with `connection`, opened with `options` (which reconnect after a failed batch).
-    pub(super) fn new(
+    /// Starts with `connection`, opened with `options` (which reconnect after a
+    /// failed batch), and installs the history triggers on it.
+    pub(super) async fn open(
         options: SqliteConnectOptions,
-        connection: SqliteConnection,
+        mut connection: SqliteConnection,
         node: String,
         host: String,
-    ) -> SqliteDialect {
-        SqliteDialect { options, idle: Mutex::new(Some(connection)), node, host }
+    ) -> Result<SqliteDialect, sqlx::Error> {
+        let triggers = history_triggers(&node, &host);
+        connection.execute(triggers.as_str()).await?;
+        Ok(SqliteDialect { options, triggers, idle: Mutex::new(Some(connection)), node, host })
+    }
+
+    fn put_back(&self, connection: SqliteConnection) {
+        *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(connection);
     }
 
     /// Turns a refused business key into [`StoreError::BizKeyTaken`] naming its holder.
@@ -215,7 +224,11 @@ impl BatchDialect for SqliteDialect {
         let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take();
         let connection = match idle {
             Some(connection) => connection,
-            None => SqliteConnection::connect_with(&self.options).await?,
+            None => {
+                let mut connection = SqliteConnection::connect_with(&self.options).await?;
+                connection.execute(self.triggers.as_str()).await?;
+                connection
+            }
         };
         Ok(SqliteTx { connection, begin_pending: true })
     }
@@ -307,17 +320,54 @@ impl BatchDialect for SqliteDialect {
         Ok(deleted)
     }
 
+    async fn append_log(&self, tx: &mut Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
+        self.write_log(tx, log, "").await
+    }
+
     async fn commit(&self, mut tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
         if tx.begin_pending {
             // No statement ran, so there is no transaction to end.
-            *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx.connection);
+            self.put_back(tx.connection);
             return Ok(());
         }
+        if log.is_empty() {
+            tx.connection().execute("COMMIT").await?;
+        } else {
+            // The commit rides along with the last history rows: one round trip.
+            self.write_log(&mut tx, log, "; COMMIT").await?;
+        }
+        self.put_back(tx.connection);
+        Ok(())
+    }
+
+    fn logs_written_jobs(&self) -> bool {
+        true
+    }
+
+    async fn insert_jobs_and_commit(
+        &self,
+        mut tx: Self::Tx,
+        jobs: &[&Job],
+    ) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+        if let Some(outcomes) = bulk::insert_jobs_and_commit(&mut tx, jobs).await? {
+            self.put_back(tx.connection);
+            return Ok(outcomes);
+        }
+        let outcomes = self.insert_jobs(&mut tx, jobs).await?;
+        self.commit(tx, &[]).await?;
+        Ok(outcomes)
+    }
+}
+
+impl SqliteDialect {
+    /// Appends `log` in multi-row inserts, the last one followed by `tail`.
+    async fn write_log(&self, tx: &mut SqliteTx, log: &[LogRow], tail: &str) -> Result<(), BoxError> {
         let chunks = log.chunks(LOG_ROWS_PER_STATEMENT);
         let last = chunks.len();
         for (index, chunk) in chunks.enumerate() {
-            let mut insert =
-                QueryBuilder::<Sqlite>::new("INSERT INTO job_log (job_id, status, attempt, node, update_time, host) ");
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                tx.statement("INSERT INTO job_log (job_id, status, attempt, node, update_time, host) "),
+            );
             insert.push_values(chunk, |mut values, row| {
                 values
                     .push_bind(row.job_id.as_str())
@@ -328,15 +378,34 @@ impl BatchDialect for SqliteDialect {
                     .push_bind(self.host.as_str());
             });
             if index + 1 == last {
-                // The commit rides along: one round trip to the connection's thread.
-                insert.push("; COMMIT");
+                insert.push(tail);
             }
             insert.build().execute(tx.connection()).await?;
         }
-        if last == 0 {
-            tx.connection().execute("COMMIT").await?;
-        }
-        *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx.connection);
         Ok(())
     }
+}
+
+/// The triggers that write the history line of every job the writer inserts,
+/// or whose row it rewrites as a new push over an ended job or as a replace
+/// (both set `create_time`), in the statement that writes the row: a batch of
+/// pushes then needs no second statement for its history, and commits in the
+/// round trip that inserts it. They are `TEMP`: they live on the writer's own
+/// connection, with this node's name and host.
+fn history_triggers(node: &str, host: &str) -> String {
+    let line = format!(
+        "INSERT INTO job_log (job_id, status, attempt, node, update_time, host) \
+         VALUES (NEW.id, NEW.status, NEW.attempt, {}, NEW.update_time, {});",
+        sql_text(node),
+        sql_text(host)
+    );
+    format!(
+        "CREATE TEMP TRIGGER IF NOT EXISTS job_inserted_log AFTER INSERT ON main.job BEGIN {line} END; \
+         CREATE TEMP TRIGGER IF NOT EXISTS job_rewritten_log AFTER UPDATE OF create_time ON main.job BEGIN {line} END;"
+    )
+}
+
+/// `text` as an SQL string literal.
+fn sql_text(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }

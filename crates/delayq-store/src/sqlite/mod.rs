@@ -150,7 +150,9 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(unavailable)?;
-        let writer = GroupCommitWriter::spawn(SqliteDialect::new(writer_options, writer_connection, node, host_name()));
+        let dialect =
+            SqliteDialect::open(writer_options, writer_connection, node, host_name()).await.map_err(unavailable)?;
+        let writer = GroupCommitWriter::spawn(dialect);
         let checkpointer = Checkpointer::spawn(checkpoint_pool.clone(), writer.commit_counter());
         Ok(SqliteStore {
             reader,

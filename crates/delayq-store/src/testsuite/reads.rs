@@ -8,9 +8,9 @@ use delayq_common::{Job, JobState, Timestamp};
 
 use super::writes::{
     check_batch_with_refused_items, check_biz_key_unique_among_live_jobs, check_concurrent_inserts_are_durable,
-    check_duplicate_live_id_is_refused, check_ended_jobs_never_move, check_insert_over_ended_job_continues_history,
-    check_journal_is_ordered_with_durable_writes, check_live_jobs_never_go_back, check_record_and_history_in_order,
-    check_replace,
+    check_duplicate_live_id_is_refused, check_ended_jobs_never_move, check_history_order_within_a_batch,
+    check_insert_over_ended_job_continues_history, check_journal_is_ordered_with_durable_writes,
+    check_live_jobs_never_go_back, check_record_and_history_in_order, check_replace,
 };
 use super::{change, get_ok, history_states, insert_ok, job_id, list_all, sample_job, unique_name, unique_topic};
 use crate::store::JobStore;
@@ -197,6 +197,7 @@ pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
         check_insert_get_round_trip(Arc::clone(&store)),
         check_duplicate_live_id_is_refused(Arc::clone(&store)),
         check_insert_over_ended_job_continues_history(Arc::clone(&store)),
+        check_history_order_within_a_batch(Arc::clone(&store)),
         check_biz_key_unique_among_live_jobs(Arc::clone(&store)),
         check_replace(Arc::clone(&store)),
         check_record_and_history_in_order(Arc::clone(&store)),

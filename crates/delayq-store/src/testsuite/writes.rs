@@ -10,6 +10,39 @@ use super::{
 };
 use crate::store::{JobStore, StateChange, StoreError};
 
+/// The end of a job and a new push of its id, journaled and written in one
+/// batch (behind a large insert that keeps the writer busy), keep their history
+/// lines in that order; and a replace after a journaled change likewise.
+pub async fn check_history_order_within_a_batch(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("batch-order");
+    let first = sample_job(&unique_name("batch-order"), &topic);
+    insert_ok(&*store, &first).await;
+    let mut second = sample_job(first.id.as_str(), &topic);
+    second.body = "second life".into();
+    let replaced = sample_job(&unique_name("batch-order-replace"), &topic);
+    insert_ok(&*store, &replaced).await;
+    let mut replacement = replaced.clone();
+    replacement.body = "replaced".into();
+    let busy: Vec<Job> = (0..1_000).map(|_| sample_job(&unique_name("batch-order-busy"), &topic)).collect();
+    let now = Timestamp::now();
+    let (busy, reinserted, replaced_outcome) = tokio::join!(
+        store.insert(busy),
+        async {
+            store.journal(vec![change(&first, JobState::Finished, now)]);
+            store.insert(vec![second.clone()]).await
+        },
+        async {
+            store.journal(vec![change(&replaced, JobState::Ready, now)]);
+            store.replace(replacement.clone()).await
+        }
+    );
+    assert!(busy.expect("insert").iter().all(Result::is_ok));
+    assert!(matches!(reinserted.expect("insert").as_slice(), [Ok(())]), "the ended id is free again");
+    replaced_outcome.expect("replace");
+    assert_eq!(history_states(&*store, &first.id).await, [JobState::Delay, JobState::Finished, JobState::Delay]);
+    assert_eq!(history_states(&*store, &replaced.id).await, [JobState::Delay, JobState::Ready, JobState::Delay]);
+}
+
 /// A second insert with the id of a live job is refused and changes nothing.
 pub async fn check_duplicate_live_id_is_refused(store: Arc<dyn JobStore>) {
     let topic = unique_topic("dup-id");

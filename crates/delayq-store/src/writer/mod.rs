@@ -71,6 +71,13 @@ pub(crate) struct LogRow {
     pub(crate) at: Timestamp,
 }
 
+impl LogRow {
+    /// The line of `job` as it was just written.
+    pub(crate) fn of(job: &Job) -> LogRow {
+        LogRow { job_id: job.id.clone(), state: job.state, attempt: job.attempt, at: job.updated_at }
+    }
+}
+
 /// The statements of one SQL dialect, each run inside the batch transaction.
 ///
 /// A method returns `Err` only for a database failure, which rolls the whole
@@ -124,9 +131,37 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// Marks every live row deleted at `at`; returns the id and attempt of each.
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError>;
 
+    /// Appends history rows, in order, inside the transaction.
+    async fn append_log(&self, tx: &mut Self::Tx, log: &[LogRow]) -> Result<(), BoxError>;
+
     /// Appends the batch's history rows, in order, and commits the transaction
     /// (a dialect may send both in one round trip).
     async fn commit(&self, tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError>;
+
+    /// Whether the dialect writes the history line of every job it inserts or
+    /// replaces itself, in the statement that writes the row: the writer then
+    /// leaves those lines out of the log it hands to [`BatchDialect::commit`].
+    fn logs_written_jobs(&self) -> bool {
+        false
+    }
+
+    /// Inserts `jobs` as [`BatchDialect::insert_jobs`] does and commits: the
+    /// whole transaction of a batch of nothing but pushes. A dialect may send
+    /// it in one round trip.
+    async fn insert_jobs_and_commit(
+        &self,
+        mut tx: Self::Tx,
+        jobs: &[&Job],
+    ) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+        let outcomes = self.insert_jobs(&mut tx, jobs).await?;
+        let log: Vec<LogRow> = if self.logs_written_jobs() {
+            Vec::new()
+        } else {
+            jobs.iter().zip(&outcomes).filter(|(_, outcome)| outcome.is_ok()).map(|(job, _)| LogRow::of(job)).collect()
+        };
+        self.commit(tx, &log).await?;
+        Ok(outcomes)
+    }
 
     /// Returns whether a failed batch may be run again at once: the database
     /// rolled it back for a passing reason, such as losing a deadlock to

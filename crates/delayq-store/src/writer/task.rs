@@ -1,6 +1,7 @@
 //! The writer task: takes queued writes in batches, applies each batch in one
 //! transaction, answers the callers and retries journal entries.
 
+use std::collections::HashSet;
 use std::error::Error as StdError;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -201,7 +202,15 @@ impl<D: BatchDialect> WriterTask<D> {
             return Ok(writes.iter().map(|_| Outcome::Done).collect());
         }
         let dialect = &self.dialect;
-        let mut tx = dialect.begin().await?;
+        let tx = dialect.begin().await?;
+        if writes.iter().all(|write| matches!(write, Write::Insert { .. })) {
+            // Nothing but pushes: the dialect may insert and commit in one go.
+            let per_write = inserted_jobs(writes.iter());
+            let jobs: Vec<&Job> = per_write.iter().flat_map(|jobs| jobs.iter()).collect();
+            let results = dialect.insert_jobs_and_commit(tx, &jobs).await?;
+            return split_outcomes(&per_write, results);
+        }
+        let mut tx = tx;
         let mut log = Vec::new();
         let mut outcomes = Vec::with_capacity(writes.len());
         let mut rest = writes;
@@ -250,21 +259,44 @@ async fn insert_jobs<'w, D: BatchDialect>(
     inserts: impl Iterator<Item = &'w Write>,
     log: &mut Vec<LogRow>,
 ) -> Result<Vec<Outcome>, BoxError> {
-    let per_write: Vec<&[Job]> = inserts
+    let per_write = inserted_jobs(inserts);
+    let jobs: Vec<&Job> = per_write.iter().flat_map(|jobs| jobs.iter()).collect();
+    if dialect.logs_written_jobs() && !log.is_empty() {
+        // The dialect logs these jobs as it writes them, ahead of the lines
+        // gathered so far: those go first should they concern the same ids (an
+        // ended job's last line before the line of its id's new job).
+        let ids: HashSet<&JobId> = jobs.iter().map(|job| &job.id).collect();
+        if log.iter().any(|row| ids.contains(&row.job_id)) {
+            dialect.append_log(tx, log).await?;
+            log.clear();
+        }
+    }
+    let results = dialect.insert_jobs(tx, &jobs).await?;
+    if !dialect.logs_written_jobs() {
+        for (job, result) in jobs.iter().zip(&results) {
+            if result.is_ok() {
+                log.push(LogRow::of(job));
+            }
+        }
+    }
+    split_outcomes(&per_write, results)
+}
+
+/// The jobs of each insert write, in order.
+fn inserted_jobs<'w>(inserts: impl Iterator<Item = &'w Write>) -> Vec<&'w [Job]> {
+    inserts
         .map(|write| match write {
             Write::Insert { jobs, .. } => jobs.as_slice(),
             _ => &[],
         })
-        .collect();
-    let jobs: Vec<&Job> = per_write.iter().flat_map(|jobs| jobs.iter()).collect();
-    let results = dialect.insert_jobs(tx, &jobs).await?;
-    if results.len() != jobs.len() {
-        return Err(format!("{} outcomes for {} inserted jobs", results.len(), jobs.len()).into());
-    }
-    for (job, result) in jobs.iter().zip(&results) {
-        if result.is_ok() {
-            log.push(LogRow { job_id: job.id.clone(), state: job.state, attempt: job.attempt, at: job.updated_at });
-        }
+        .collect()
+}
+
+/// Hands each insert write the outcomes of its own jobs.
+fn split_outcomes(per_write: &[&[Job]], results: InsertOutcomes) -> Result<Vec<Outcome>, BoxError> {
+    let expected: usize = per_write.iter().map(|jobs| jobs.len()).sum();
+    if results.len() != expected {
+        return Err(format!("{} outcomes for {expected} inserted jobs", results.len()).into());
     }
     let mut results = results.into_iter();
     Ok(per_write.iter().map(|jobs| Outcome::Inserted(results.by_ref().take(jobs.len()).collect())).collect())
@@ -276,9 +308,14 @@ async fn replace_job<D: BatchDialect>(
     job: &Job,
     log: &mut Vec<LogRow>,
 ) -> Result<Result<(), StoreError>, BoxError> {
+    if dialect.logs_written_jobs() && log.iter().any(|row| row.job_id == job.id) {
+        // As for inserts: the lines gathered so far go first.
+        dialect.append_log(tx, log).await?;
+        log.clear();
+    }
     let outcome = dialect.replace_job(tx, job).await?;
-    if outcome.is_ok() {
-        log.push(LogRow { job_id: job.id.clone(), state: job.state, attempt: job.attempt, at: job.updated_at });
+    if outcome.is_ok() && !dialect.logs_written_jobs() {
+        log.push(LogRow::of(job));
     }
     Ok(outcome)
 }
