@@ -1,11 +1,11 @@
 //! The SQLite statements of the group-commit writer.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, Timestamp};
+use delayq_common::{Job, JobId, JobState, Timestamp};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, QueryBuilder, Sqlite, SqliteConnection};
 
@@ -133,6 +133,52 @@ const LIVE_HOLDER_OF_BIZ_KEY: &str =
 
 /// History rows per multi-row insert (6 parameters each, far below SQLite's 32766).
 const LOG_ROWS_PER_STATEMENT: usize = 512;
+
+/// Collapses a run of state changes into one per job: the change that leaves the
+/// row as applying them one by one would ([`moves_forward`]): the first ending
+/// change of the job if it has one, else its most advanced live change (a later
+/// attempt, else a later state; the later change on a tie). Returns those, in
+/// order of each job's first change, and for each change of `changes` the index
+/// of its job's decisive change, or `None` when an earlier change of the job
+/// ended it: such a change never applies. Every other change applies exactly
+/// when its job was live, which is what the decisive change's update reports.
+fn collapse<'c>(changes: &[&'c StateChange]) -> (Vec<&'c StateChange>, Vec<Option<usize>>) {
+    /// Where a job's decisive change is, and whether that change ends the job.
+    struct Decided {
+        index: usize,
+        ended: bool,
+    }
+    let rank = |change: &StateChange| {
+        let state = match change.state {
+            JobState::Delay => 0,
+            JobState::Ready => 1,
+            _ => 2,
+        };
+        (change.attempt, state)
+    };
+    let mut decisive: Vec<&StateChange> = Vec::with_capacity(changes.len());
+    let mut slots = Vec::with_capacity(changes.len());
+    let mut jobs: HashMap<&str, Decided> = HashMap::with_capacity(changes.len());
+    for &change in changes {
+        let ends = !change.state.is_live();
+        match jobs.get_mut(change.id.as_str()) {
+            None => {
+                jobs.insert(change.id.as_str(), Decided { index: decisive.len(), ended: ends });
+                slots.push(Some(decisive.len()));
+                decisive.push(change);
+            }
+            Some(decided) if decided.ended => slots.push(None),
+            Some(decided) => {
+                if ends || rank(change) >= rank(decisive[decided.index]) {
+                    decisive[decided.index] = change;
+                    decided.ended = ends;
+                }
+                slots.push(Some(decided.index));
+            }
+        }
+    }
+    (decisive, slots)
+}
 
 /// The SQLite side of the writer: its one connection and who writes.
 ///
@@ -276,35 +322,33 @@ impl BatchDialect for SqliteDialect {
 
     async fn change_states(&self, tx: &mut Self::Tx, changes: &[&StateChange]) -> Result<Vec<bool>, BoxError> {
         let mut applied = Vec::with_capacity(changes.len());
-        let mut rest = changes;
-        while !rest.is_empty() {
-            // One statement takes a run of distinct jobs: a job changed twice
-            // in a batch has its changes applied in order, one per statement.
-            let mut ids = HashSet::new();
-            let run =
-                rest.iter().take(CHANGES_PER_STATEMENT).take_while(|change| ids.insert(change.id.as_str())).count();
-            let (chunk, after) = rest.split_at(run);
-            rest = after;
-            if let [change] = chunk {
-                applied.push(self.change_state(tx, change).await?);
-                continue;
-            }
-            let mut update = QueryBuilder::<Sqlite>::new(
-                tx.statement("WITH v (id, status, attempt, run_at, update_time, result) AS ("),
+        for chunk in changes.chunks(CHANGES_PER_STATEMENT) {
+            // One statement per chunk: the changes of one job collapse into the
+            // one that decides its row (ready then reserved is one update).
+            let (decisive, slots) = collapse(chunk);
+            let changed: HashSet<String> = if let [change] = decisive.as_slice() {
+                let changed = self.change_state(tx, change).await?;
+                changed.then(|| change.id.to_string()).into_iter().collect()
+            } else {
+                let mut update = QueryBuilder::<Sqlite>::new(
+                    tx.statement("WITH v (id, status, attempt, run_at, update_time, result) AS ("),
+                );
+                update.push_values(&decisive, |mut values, change| {
+                    values
+                        .push_bind(change.id.as_str())
+                        .push_bind(change.state.as_str())
+                        .push_bind(i64::from(change.attempt))
+                        .push_bind(epoch_ms(change.run_at))
+                        .push_bind(epoch_ms(change.at))
+                        .push_bind(change.result.as_deref());
+                });
+                update.push(CHANGE_STATES_TAIL);
+                let changed: Vec<String> = update.build_query_scalar().fetch_all(tx.connection()).await?;
+                changed.into_iter().collect()
+            };
+            applied.extend(
+                slots.into_iter().map(|slot| slot.is_some_and(|index| changed.contains(decisive[index].id.as_str()))),
             );
-            update.push_values(chunk, |mut values, change| {
-                values
-                    .push_bind(change.id.as_str())
-                    .push_bind(change.state.as_str())
-                    .push_bind(i64::from(change.attempt))
-                    .push_bind(epoch_ms(change.run_at))
-                    .push_bind(epoch_ms(change.at))
-                    .push_bind(change.result.as_deref());
-            });
-            update.push(CHANGE_STATES_TAIL);
-            let changed: Vec<String> = update.build_query_scalar().fetch_all(tx.connection()).await?;
-            let changed: HashSet<String> = changed.into_iter().collect();
-            applied.extend(chunk.iter().map(|change| changed.contains(change.id.as_str())));
         }
         Ok(applied)
     }

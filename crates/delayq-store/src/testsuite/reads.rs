@@ -7,10 +7,11 @@ use std::time::Duration;
 use delayq_common::{Job, JobState, Timestamp};
 
 use super::writes::{
-    check_batch_with_refused_items, check_biz_key_unique_among_live_jobs, check_concurrent_inserts_are_durable,
-    check_duplicate_live_id_is_refused, check_ended_jobs_never_move, check_history_order_within_a_batch,
-    check_insert_over_ended_job_continues_history, check_journal_is_ordered_with_durable_writes,
-    check_live_jobs_never_go_back, check_record_and_history_in_order, check_replace,
+    check_batch_with_refused_items, check_biz_key_unique_among_live_jobs, check_changes_of_a_job_within_one_write,
+    check_concurrent_inserts_are_durable, check_duplicate_live_id_is_refused, check_ended_jobs_never_move,
+    check_history_order_within_a_batch, check_insert_over_ended_job_continues_history,
+    check_journal_is_ordered_with_durable_writes, check_live_jobs_never_go_back, check_record_and_history_in_order,
+    check_replace,
 };
 use super::{change, get_ok, history_states, insert_ok, job_id, list_all, sample_job, unique_name, unique_topic};
 use crate::store::JobStore;
@@ -203,6 +204,7 @@ pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
         check_record_and_history_in_order(Arc::clone(&store)),
         check_ended_jobs_never_move(Arc::clone(&store)),
         check_live_jobs_never_go_back(Arc::clone(&store)),
+        check_changes_of_a_job_within_one_write(Arc::clone(&store)),
         check_journal_is_ordered_with_durable_writes(Arc::clone(&store)),
         check_list_orders_and_pages(Arc::clone(&store)),
         check_live_jobs_pages_by_id(Arc::clone(&store)),

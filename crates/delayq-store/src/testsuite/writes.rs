@@ -43,6 +43,55 @@ pub async fn check_history_order_within_a_batch(store: Arc<dyn JobStore>) {
     assert_eq!(history_states(&*store, &replaced.id).await, [JobState::Delay, JobState::Ready, JobState::Delay]);
 }
 
+/// Several changes of the same jobs in one write end as applying them one by
+/// one would: the row moves only forward and stops at the first end; every
+/// change made while the job was live has its history line, none after its end.
+pub async fn check_changes_of_a_job_within_one_write(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("one-write");
+    let ended = sample_job(&unique_name("one-write-ended"), &topic);
+    let redelivered = sample_job(&unique_name("one-write-again"), &topic);
+    let untouched = sample_job(&unique_name("one-write-other"), &topic);
+    for job in [&ended, &redelivered, &untouched] {
+        insert_ok(&*store, job).await;
+    }
+    let t0 = Timestamp::now();
+    let at = |ms: u64| t0.plus(Duration::from_millis(ms));
+    let mut finished = change(&ended, JobState::Finished, at(4));
+    finished.result = Some("done".into());
+    let mut second_attempt = change(&redelivered, JobState::Ready, at(3));
+    second_attempt.attempt = redelivered.attempt + 1;
+    store
+        .record(vec![
+            change(&ended, JobState::Ready, at(1)),
+            change(&redelivered, JobState::Ready, at(1)),
+            change(&ended, JobState::Reserved, at(2)),
+            change(&redelivered, JobState::Reserved, at(2)),
+            change(&ended, JobState::Ready, at(3)),
+            second_attempt,
+            finished,
+            change(&redelivered, JobState::Reserved, at(4)),
+            change(&ended, JobState::Reserved, at(5)),
+            change(&untouched, JobState::Ready, at(5)),
+        ])
+        .await
+        .expect("record");
+
+    let row = get_ok(&*store, &ended.id).await;
+    assert_eq!((row.state, row.result.as_deref()), (JobState::Finished, Some("done")));
+    assert_eq!(
+        history_states(&*store, &ended.id).await,
+        [JobState::Delay, JobState::Ready, JobState::Reserved, JobState::Ready, JobState::Finished],
+        "a change that goes back still has its line; a change after the end has none"
+    );
+    let row = get_ok(&*store, &redelivered.id).await;
+    assert_eq!((row.state, row.attempt), (JobState::Ready, redelivered.attempt + 1), "the later attempt wins");
+    assert_eq!(
+        history_states(&*store, &redelivered.id).await,
+        [JobState::Delay, JobState::Ready, JobState::Reserved, JobState::Ready, JobState::Reserved]
+    );
+    assert_eq!(get_ok(&*store, &untouched.id).await.state, JobState::Ready);
+}
+
 /// A second insert with the id of a live job is refused and changes nothing.
 pub async fn check_duplicate_live_id_is_refused(store: Arc<dyn JobStore>) {
     let topic = unique_topic("dup-id");
