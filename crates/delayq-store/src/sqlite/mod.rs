@@ -11,8 +11,9 @@
 //! an OS crash or power loss may lose the last commits (never corrupting the
 //! file); that is the trade for group commits without an fsync each.
 //!
-//! Layout: `rows` maps rows to jobs, `dialect` holds the write statements,
-//! `bulk` inserts many jobs in few statements.
+//! Layout: `rows` maps rows to jobs, `dialect` holds the write statements and
+//! the `TEMP` triggers with which the writer's connection writes the history
+//! line of every job it inserts, `bulk` inserts many jobs in few statements.
 
 mod bulk;
 mod checkpoint;
