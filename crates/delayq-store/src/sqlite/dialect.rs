@@ -200,12 +200,12 @@ impl SqliteDialect {
     /// failed batch), and installs the history triggers on it.
     pub(super) async fn open(
         options: SqliteConnectOptions,
-        mut connection: SqliteConnection,
+        connection: SqliteConnection,
         node: String,
         host: String,
     ) -> Result<SqliteDialect, sqlx::Error> {
         let triggers = history_triggers(&node, &host);
-        connection.execute(triggers.as_str()).await?;
+        let connection = with_triggers(connection, &triggers).await?;
         Ok(SqliteDialect { options, triggers, idle: Mutex::new(Some(connection)), node, host })
     }
 
@@ -270,11 +270,7 @@ impl BatchDialect for SqliteDialect {
         let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take();
         let connection = match idle {
             Some(connection) => connection,
-            None => {
-                let mut connection = SqliteConnection::connect_with(&self.options).await?;
-                connection.execute(self.triggers.as_str()).await?;
-                connection
-            }
+            None => with_triggers(SqliteConnection::connect_with(&self.options).await?, &self.triggers).await?,
         };
         Ok(SqliteTx { connection, begin_pending: true })
     }
@@ -447,6 +443,12 @@ fn history_triggers(node: &str, host: &str) -> String {
         "CREATE TEMP TRIGGER IF NOT EXISTS job_inserted_log AFTER INSERT ON main.job BEGIN {line} END; \
          CREATE TEMP TRIGGER IF NOT EXISTS job_rewritten_log AFTER UPDATE OF create_time ON main.job BEGIN {line} END;"
     )
+}
+
+/// `connection` with the history `triggers` installed.
+async fn with_triggers(mut connection: SqliteConnection, triggers: &str) -> Result<SqliteConnection, sqlx::Error> {
+    connection.execute(triggers).await?;
+    Ok(connection)
 }
 
 /// `text` as an SQL string literal.

@@ -78,6 +78,21 @@ impl LogRow {
     }
 }
 
+/// The history lines the writer adds for `jobs` just written with `outcomes`:
+/// one per job written, none when the dialect writes them itself
+/// ([`BatchDialect::logs_written_jobs`]).
+pub(crate) fn written_lines<'j, D: BatchDialect + ?Sized>(
+    dialect: &D,
+    jobs: &'j [&Job],
+    outcomes: &'j [Result<(), StoreError>],
+) -> impl Iterator<Item = LogRow> + 'j {
+    let logs_itself = dialect.logs_written_jobs();
+    jobs.iter()
+        .zip(outcomes)
+        .filter(move |(_, outcome)| !logs_itself && outcome.is_ok())
+        .map(|(job, _)| LogRow::of(job))
+}
+
 /// The statements of one SQL dialect, each run inside the batch transaction.
 ///
 /// A method returns `Err` only for a database failure, which rolls the whole
@@ -154,11 +169,7 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
         jobs: &[&Job],
     ) -> Result<Vec<Result<(), StoreError>>, BoxError> {
         let outcomes = self.insert_jobs(&mut tx, jobs).await?;
-        let log: Vec<LogRow> = if self.logs_written_jobs() {
-            Vec::new()
-        } else {
-            jobs.iter().zip(&outcomes).filter(|(_, outcome)| outcome.is_ok()).map(|(job, _)| LogRow::of(job)).collect()
-        };
+        let log: Vec<LogRow> = written_lines(self, jobs, &outcomes).collect();
         self.commit(tx, &log).await?;
         Ok(outcomes)
     }

@@ -12,7 +12,7 @@ use delayq_common::{Job, JobId, JobState, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, warn};
 
-use super::{BatchDialect, LogRow};
+use super::{written_lines, BatchDialect, LogRow};
 use crate::store::{BoxError, StateChange, StoreError};
 
 /// The most rows (jobs or state changes) one transaction takes; a single larger
@@ -261,25 +261,31 @@ async fn insert_jobs<'w, D: BatchDialect>(
 ) -> Result<Vec<Outcome>, BoxError> {
     let per_write = inserted_jobs(inserts);
     let jobs: Vec<&Job> = per_write.iter().flat_map(|jobs| jobs.iter()).collect();
-    if dialect.logs_written_jobs() && !log.is_empty() {
-        // The dialect logs these jobs as it writes them, ahead of the lines
-        // gathered so far: those go first should they concern the same ids (an
-        // ended job's last line before the line of its id's new job).
-        let ids: HashSet<&JobId> = jobs.iter().map(|job| &job.id).collect();
-        if log.iter().any(|row| ids.contains(&row.job_id)) {
-            dialect.append_log(tx, log).await?;
-            log.clear();
-        }
-    }
+    log_earlier_lines_first(dialect, tx, &jobs, log).await?;
     let results = dialect.insert_jobs(tx, &jobs).await?;
-    if !dialect.logs_written_jobs() {
-        for (job, result) in jobs.iter().zip(&results) {
-            if result.is_ok() {
-                log.push(LogRow::of(job));
-            }
-        }
-    }
+    log.extend(written_lines(dialect, &jobs, &results));
     split_outcomes(&per_write, results)
+}
+
+/// Before `jobs` are written: a dialect that writes their history lines itself
+/// ([`BatchDialect::logs_written_jobs`]) puts them ahead of the lines gathered so
+/// far, so those go first should they concern the same ids (an ended job's last
+/// line before the line of its id's new job, or of its replacement).
+async fn log_earlier_lines_first<D: BatchDialect>(
+    dialect: &D,
+    tx: &mut D::Tx,
+    jobs: &[&Job],
+    log: &mut Vec<LogRow>,
+) -> Result<(), BoxError> {
+    if !dialect.logs_written_jobs() || log.is_empty() {
+        return Ok(());
+    }
+    let ids: HashSet<&JobId> = jobs.iter().map(|job| &job.id).collect();
+    if log.iter().any(|row| ids.contains(&row.job_id)) {
+        dialect.append_log(tx, log).await?;
+        log.clear();
+    }
+    Ok(())
 }
 
 /// The jobs of each insert write, in order.
@@ -308,15 +314,9 @@ async fn replace_job<D: BatchDialect>(
     job: &Job,
     log: &mut Vec<LogRow>,
 ) -> Result<Result<(), StoreError>, BoxError> {
-    if dialect.logs_written_jobs() && log.iter().any(|row| row.job_id == job.id) {
-        // As for inserts: the lines gathered so far go first.
-        dialect.append_log(tx, log).await?;
-        log.clear();
-    }
+    log_earlier_lines_first(dialect, tx, &[job], log).await?;
     let outcome = dialect.replace_job(tx, job).await?;
-    if outcome.is_ok() && !dialect.logs_written_jobs() {
-        log.push(LogRow::of(job));
-    }
+    log.extend(written_lines(dialect, &[job], std::slice::from_ref(&outcome)));
     Ok(outcome)
 }
 
