@@ -6,10 +6,12 @@
 //! - [`store`]: the [`JobStore`] trait, its errors and record types.
 //! - [`sqlite`]: the SQLite backend (embedded deployment).
 //! - [`mysql`]: the MySQL / MariaDB backend (distributed deployment).
+//! - [`metrics`]: the names of the writer's Prometheus metrics.
 //! - `writer`: group commit shared by the SQL backends (one writer task, one
 //!   transaction per batch of queued writes).
 //! - `testsuite` (feature `testsuite`): the conformance suite every backend runs.
 
+pub mod metrics;
 pub mod mysql;
 pub mod sqlite;
 pub mod store;

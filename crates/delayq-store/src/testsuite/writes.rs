@@ -336,7 +336,9 @@ pub async fn check_live_jobs_never_go_back(store: Arc<dyn JobStore>) {
     assert_eq!(get_ok(&*store, &other.id).await.state, JobState::Finished);
 }
 
-/// Journal entries submitted before a durable write are applied before it.
+/// A job's journal entries submitted before a durable write of the same job are
+/// applied before it; other jobs' entries commit by a flush, and by themselves
+/// soon after.
 pub async fn check_journal_is_ordered_with_durable_writes(store: Arc<dyn JobStore>) {
     let topic = unique_topic("journal");
     let job = sample_job(&unique_name("journal"), &topic);
@@ -357,10 +359,16 @@ pub async fn check_journal_is_ordered_with_durable_writes(store: Arc<dyn JobStor
     for job in &jobs {
         store.journal(vec![change(job, JobState::Ready, t0)]);
     }
-    let last = jobs.last().map(|job| change(job, JobState::Reserved, t0.plus(Duration::from_millis(1))));
-    store.record(last.into_iter().collect()).await.expect("record");
+    let Some(last) = jobs.last() else { return };
+    store.record(vec![change(last, JobState::Reserved, t0.plus(Duration::from_millis(1)))]).await.expect("record");
+    assert_eq!(
+        history_states(&*store, &last.id).await,
+        [JobState::Delay, JobState::Ready, JobState::Reserved],
+        "the record took its job's journal entry along, in front of it"
+    );
+    store.flush().await.expect("flush");
     for job in &jobs[..jobs.len() - 1] {
-        assert_eq!(get_ok(&*store, &job.id).await.state, JobState::Ready, "journaled before the record");
+        assert_eq!(get_ok(&*store, &job.id).await.state, JobState::Ready, "flush waits for the journal");
     }
 
     let flushed = sample_job(&unique_name("journal-flush"), &topic);
@@ -368,6 +376,15 @@ pub async fn check_journal_is_ordered_with_durable_writes(store: Arc<dyn JobStor
     store.journal(vec![change(&flushed, JobState::Ready, t0)]);
     store.flush().await.expect("flush");
     assert_eq!(get_ok(&*store, &flushed.id).await.state, JobState::Ready, "flush waits for the journal");
+
+    let alone = sample_job(&unique_name("journal-alone"), &topic);
+    insert_ok(&*store, &alone).await;
+    store.journal(vec![change(&alone, JobState::Ready, t0)]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while get_ok(&*store, &alone.id).await.state != JobState::Ready {
+        assert!(tokio::time::Instant::now() < deadline, "a journal entry nobody flushes commits by itself");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Many callers inserting at once are all acknowledged and all durable.

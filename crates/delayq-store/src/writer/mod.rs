@@ -4,8 +4,11 @@
 //! an unbounded channel; the task takes whatever is queued (up to
 //! [`MAX_BATCH_ROWS`]), applies it in submission order inside ONE transaction,
 //! commits, then answers every waiting caller through its oneshot. Journal
-//! entries ride the same channel without a reply, so their order relative to
-//! durable writes is the submission order.
+//! entries ride the same channel without a reply. They may wait up to
+//! [`hold::JOURNAL_HOLD`] for a later write of their job, so that a job's quick
+//! succession of changes shares one commit (see `hold`); per job, the order
+//! of all writes is the submission order, and [`GroupCommitWriter::flush`]
+//! commits everything submitted before it.
 //!
 //! Each write is judged alone: a refused insert (id or business key held by a
 //! live job) is an outcome of that write, not a failure of the batch. Only a
@@ -17,7 +20,8 @@
 //! batching, retries and replies.
 //!
 //! Layout: this module holds the dialect seam and the callers' handle; `task`
-//! holds the writer task (batching, applying, answering, retrying).
+//! holds the writer task (batching, applying, answering, retrying); `hold`
+//! decides which journal entries wait.
 
 /// The SQL condition under which a state change applies to a live row, given
 /// the row's and the change's status and attempt as SQL expressions: an ending
@@ -49,6 +53,7 @@ macro_rules! moves_forward {
 }
 pub(crate) use moves_forward;
 
+mod hold;
 mod task;
 
 use std::sync::atomic::{AtomicU64, Ordering};

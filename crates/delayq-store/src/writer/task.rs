@@ -10,9 +10,12 @@ use std::time::Duration;
 
 use delayq_common::{Job, JobId, JobState, Timestamp};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
+use super::hold::Held;
 use super::{written_lines, BatchDialect, LogRow};
+use crate::metrics;
 use crate::store::{BoxError, StateChange, StoreError};
 
 /// The most rows (jobs or state changes) one transaction takes; a single larger
@@ -111,18 +114,38 @@ pub(super) struct WriterTask<D> {
 impl<D: BatchDialect> WriterTask<D> {
     pub(super) async fn run(mut self) {
         let mut retained: Vec<Write> = Vec::new();
+        let mut held = Held::default();
         let mut backoff = RETRY_BACKOFF_MIN;
         loop {
             let mut batch = Batch::default();
-            retained.drain(..).for_each(|write| batch.admit(write));
-            if batch.writes.is_empty() {
-                let Some(write) = self.receiver.recv().await else { return };
-                batch.admit(write);
+            if retained.is_empty() {
+                match held.deadline() {
+                    None => {
+                        let Some(write) = self.receiver.recv().await else { return };
+                        batch.admit(write);
+                    }
+                    Some(deadline) => tokio::select! {
+                        () = tokio::time::sleep_until(deadline) => {}
+                        write = self.receiver.recv() => match write {
+                            Some(write) => batch.admit(write),
+                            None => {
+                                self.close_with(held.take_all().into_iter().collect()).await;
+                                return;
+                            }
+                        },
+                    },
+                }
             }
             while !batch.is_full() {
                 let Ok(write) = self.receiver.try_recv() else { break };
                 batch.admit(write);
             }
+            let writes =
+                held.release(std::mem::take(&mut retained), batch.writes, batch.close.is_some(), Instant::now());
+            if writes.is_empty() && batch.close.is_none() {
+                continue;
+            }
+            batch.writes = writes;
             let close = batch.close.take();
             retained = self.commit(batch.writes).await;
             if let Some(reply) = close {
@@ -134,6 +157,7 @@ impl<D: BatchDialect> WriterTask<D> {
                 backoff = RETRY_BACKOFF_MIN;
             } else if self.receiver.is_closed() {
                 // The store was dropped without close: nobody can flush any more.
+                retained.extend(held.take_all());
                 self.close_with(retained).await;
                 return;
             } else {
@@ -153,6 +177,7 @@ impl<D: BatchDialect> WriterTask<D> {
         if writes.is_empty() {
             return writes;
         }
+        let started = Instant::now();
         let mut applied = self.apply(&writes).await;
         for _ in 0..RETRYABLE_ATTEMPTS {
             match &applied {
@@ -167,6 +192,8 @@ impl<D: BatchDialect> WriterTask<D> {
             Ok(outcomes) => {
                 if writes.iter().any(Write::touches_database) {
                     self.commits.fetch_add(1, Ordering::Relaxed);
+                    let rows = writes.iter().filter(|write| write.touches_database()).map(Write::rows).sum();
+                    metrics::record_commit(self.dialect.backend(), rows, started.elapsed());
                 }
                 answer(writes, outcomes);
                 Vec::new()

@@ -1,0 +1,220 @@
+//! Journal entries wait a little before they commit, so that the changes of a
+//! job that moves on quickly share one commit.
+//!
+//! Nobody waits for a journal entry, but every commit writes each page it
+//! touched into the log whole, however few rows changed it. A job due now is
+//! promoted, popped and finished within a few milliseconds; committed as they
+//! came, its `ready`, `reserved` and `finished` each rewrote the job's row page,
+//! two pages of the state index and a page of the history index, in three
+//! commits. Held back until the finish (or any other write somebody waits for
+//! concerning the job) commits, they are applied together: one row change and
+//! three history lines on neighbouring index entries.
+//!
+//! Order is kept per job: an entry is held only while no write of its job
+//! commits, and a job's held entries commit before anything newer of it. Only
+//! the order between different jobs' entries changes, which nothing reads. A
+//! write that is not a state change (insert, replace, delete of all live jobs,
+//! flush, close) and the retry of a failed batch take every held entry along,
+//! in front of them.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::task::Write;
+use crate::store::StateChange;
+
+/// The longest a journal entry waits for its job's next write before it
+/// commits anyway (with whatever commits next).
+pub(super) const JOURNAL_HOLD: Duration = Duration::from_millis(10);
+
+/// The journal entries held back, oldest first.
+#[derive(Default)]
+pub(super) struct Held {
+    entries: VecDeque<(Instant, StateChange)>,
+}
+
+impl Held {
+    /// When the oldest entry has waited long enough.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        self.entries.front().map(|(since, _)| *since + JOURNAL_HOLD)
+    }
+
+    /// Every held entry, as one journal write.
+    pub(super) fn take_all(&mut self) -> Option<Write> {
+        let changes: Vec<StateChange> = self.entries.drain(..).map(|(_, change)| change).collect();
+        journal(changes)
+    }
+
+    /// Returns what commits now, in order: `retained` (a failed batch's journal
+    /// entries, retried) and the held entries that are due or whose job `fresh`
+    /// writes, then `fresh` less the journal entries that wait. `closing` takes
+    /// everything.
+    pub(super) fn release(
+        &mut self,
+        retained: Vec<Write>,
+        fresh: Vec<Write>,
+        closing: bool,
+        now: Instant,
+    ) -> Vec<Write> {
+        let only_state_changes = fresh.iter().all(|write| matches!(write, Write::Record { .. }));
+        let mut out = Vec::with_capacity(fresh.len() + 1);
+        if closing || !retained.is_empty() || !only_state_changes {
+            out.extend(retained);
+            out.extend(self.take_all());
+            out.extend(fresh);
+            return out;
+        }
+        let awaited: HashSet<_> = fresh
+            .iter()
+            .filter_map(|write| match write {
+                Write::Record { changes, reply: Some(_) } => Some(changes.iter().map(|change| change.id.clone())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let (due, kept): (VecDeque<_>, VecDeque<_>) = self
+            .entries
+            .drain(..)
+            .partition(|(since, change)| *since + JOURNAL_HOLD <= now || awaited.contains(&change.id));
+        self.entries = kept;
+        out.extend(journal(due.into_iter().map(|(_, change)| change).collect()));
+        for write in fresh {
+            match write {
+                Write::Record { changes, reply: None } => {
+                    let (now_changes, later): (Vec<_>, Vec<_>) =
+                        changes.into_iter().partition(|change| awaited.contains(&change.id));
+                    self.entries.extend(later.into_iter().map(|change| (now, change)));
+                    out.extend(journal(now_changes));
+                }
+                write => out.push(write),
+            }
+        }
+        out
+    }
+}
+
+fn journal(changes: Vec<StateChange>) -> Option<Write> {
+    (!changes.is_empty()).then_some(Write::Record { changes, reply: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use delayq_common::{JobId, JobState, Timestamp};
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    fn change(id: &str, state: JobState) -> StateChange {
+        StateChange {
+            id: JobId::parse(id.to_owned()).expect("a valid id"),
+            state,
+            attempt: 1,
+            run_at: Timestamp::from_millis(0),
+            at: Timestamp::from_millis(0),
+            result: None,
+        }
+    }
+
+    fn journal_of(changes: &[(&str, JobState)]) -> Write {
+        Write::Record { changes: changes.iter().map(|(id, state)| change(id, *state)).collect(), reply: None }
+    }
+
+    fn awaited(id: &str, state: JobState) -> Write {
+        let (reply, _answer) = oneshot::channel();
+        Write::Record { changes: vec![change(id, state)], reply: Some(reply) }
+    }
+
+    /// A state change write: whether somebody waits for it, and its (id, state) pairs.
+    type Shape = (bool, Vec<(String, JobState)>);
+
+    /// Each write's shape; `None` for a write that is not a state change.
+    fn shape(writes: &[Write]) -> Vec<Option<Shape>> {
+        writes
+            .iter()
+            .map(|write| match write {
+                Write::Record { changes, reply } => Some((
+                    reply.is_some(),
+                    changes.iter().map(|change| (change.id.as_str().to_owned(), change.state)).collect(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn entry(id: &str, state: JobState) -> (String, JobState) {
+        (id.to_owned(), state)
+    }
+
+    #[tokio::test]
+    async fn entries_wait_until_their_job_commits_or_their_time_is_up() {
+        let mut held = Held::default();
+        let t0 = Instant::now();
+        let fresh = vec![journal_of(&[("a", JobState::Ready), ("b", JobState::Ready)])];
+        assert!(held.release(Vec::new(), fresh, false, t0).is_empty(), "nothing commits yet");
+        assert_eq!(held.deadline(), Some(t0 + JOURNAL_HOLD));
+
+        let later = t0 + JOURNAL_HOLD / 2;
+        let fresh = vec![journal_of(&[("a", JobState::Reserved)]), awaited("a", JobState::Finished)];
+        let out = held.release(Vec::new(), fresh, false, later);
+        assert_eq!(
+            shape(&out),
+            [
+                Some((false, vec![entry("a", JobState::Ready)])),
+                Some((false, vec![entry("a", JobState::Reserved)])),
+                Some((true, vec![entry("a", JobState::Finished)])),
+            ],
+            "a's entries commit in order, in front of its finish; b's keeps waiting"
+        );
+
+        let fresh = vec![journal_of(&[("c", JobState::Ready)])];
+        let out = held.release(Vec::new(), fresh, false, t0 + JOURNAL_HOLD);
+        assert_eq!(shape(&out), [Some((false, vec![entry("b", JobState::Ready)]))], "b's time is up, c's is not");
+        assert_eq!(held.deadline(), Some(t0 + JOURNAL_HOLD + JOURNAL_HOLD));
+    }
+
+    #[tokio::test]
+    async fn a_job_whose_older_entry_is_due_keeps_its_newer_one_behind_it() {
+        let mut held = Held::default();
+        let t0 = Instant::now();
+        held.release(Vec::new(), vec![journal_of(&[("a", JobState::Ready)])], false, t0);
+        let out = held.release(Vec::new(), vec![journal_of(&[("a", JobState::Reserved)])], false, t0 + JOURNAL_HOLD);
+        assert_eq!(shape(&out), [Some((false, vec![entry("a", JobState::Ready)]))]);
+        let out = held.release(Vec::new(), Vec::new(), false, t0 + JOURNAL_HOLD * 2);
+        assert_eq!(shape(&out), [Some((false, vec![entry("a", JobState::Reserved)]))]);
+        assert_eq!(held.deadline(), None);
+    }
+
+    #[tokio::test]
+    async fn other_writes_retries_and_close_take_every_entry_in_front() {
+        let t0 = Instant::now();
+        let (reply, _answer) = oneshot::channel();
+        let fresh = || vec![journal_of(&[("a", JobState::Ready)]), journal_of(&[("b", JobState::Ready)])];
+
+        let mut held = Held::default();
+        held.release(Vec::new(), fresh(), false, t0);
+        let out = held.release(Vec::new(), vec![Write::Flush { reply }], false, t0);
+        assert_eq!(shape(&out), [Some((false, vec![entry("a", JobState::Ready), entry("b", JobState::Ready)])), None]);
+
+        let mut held = Held::default();
+        held.release(Vec::new(), fresh(), false, t0);
+        let retried = vec![journal_of(&[("a", JobState::Delay)])];
+        let out = held.release(retried, vec![journal_of(&[("c", JobState::Ready)])], false, t0);
+        assert_eq!(
+            shape(&out),
+            [
+                Some((false, vec![entry("a", JobState::Delay)])),
+                Some((false, vec![entry("a", JobState::Ready), entry("b", JobState::Ready)])),
+                Some((false, vec![entry("c", JobState::Ready)])),
+            ],
+            "a retried batch goes first, then everything held, then the new writes"
+        );
+
+        let mut held = Held::default();
+        held.release(Vec::new(), fresh(), false, t0);
+        let out = held.release(Vec::new(), Vec::new(), true, t0);
+        assert_eq!(shape(&out), [Some((false, vec![entry("a", JobState::Ready), entry("b", JobState::Ready)]))]);
+        assert_eq!(held.deadline(), None);
+    }
+}
