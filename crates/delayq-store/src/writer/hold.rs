@@ -1,18 +1,18 @@
 //! Journal entries wait a little before they commit, so that the changes of a
 //! job that moves on quickly share one commit.
 //!
-//! Nobody waits for a journal entry, but every commit writes each page it
-//! touched into the log whole, however few rows changed it. A job due now is
-//! promoted, popped and finished within a few milliseconds; committed as they
-//! came, its `ready`, `reserved` and `finished` each rewrote the job's row page,
-//! two pages of the state index and a page of the history index, in three
+//! Nobody waits for a journal entry, but every commit costs: SQLite writes each
+//! page it touched into the WAL whole, however few rows changed it. A job due
+//! now is promoted, popped and finished within a few milliseconds; committed as
+//! they came, its `ready`, `reserved` and `finished` each rewrote the job's row
+//! page, two pages of the state index and a page of the history index, in three
 //! commits. Held back until the finish (or any other write somebody waits for
 //! concerning the job) commits, they are applied together: one row change and
 //! three history lines on neighbouring index entries.
 //!
 //! Order is kept per job: an entry is held only while no write of its job
 //! commits, and a job's held entries commit before anything newer of it. Only
-//! the order between different jobs' entries changes, which nothing reads. A
+//! the order between different jobs' entries changes, which delayq never reads. A
 //! write that is not a state change (insert, replace, delete of all live jobs,
 //! flush, close) and the retry of a failed batch take every held entry along,
 //! in front of them.
