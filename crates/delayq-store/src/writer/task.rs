@@ -103,6 +103,10 @@ impl Batch {
     fn is_full(&self) -> bool {
         self.close.is_some() || self.rows >= MAX_BATCH_ROWS
     }
+
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.close.is_none()
+    }
 }
 
 pub(super) struct WriterTask<D> {
@@ -115,10 +119,15 @@ impl<D: BatchDialect> WriterTask<D> {
     pub(super) async fn run(mut self) {
         let mut retained: Vec<Write> = Vec::new();
         let mut held = Held::default();
+        // A write that ended a retry pause: newer than what is held.
+        let mut arrived: Option<Write> = None;
         let mut backoff = RETRY_BACKOFF_MIN;
         loop {
             let mut batch = Batch::default();
-            if retained.is_empty() {
+            if let Some(write) = arrived.take() {
+                batch.admit(write);
+            }
+            if retained.is_empty() && batch.is_empty() {
                 match held.deadline() {
                     None => {
                         let Some(write) = self.receiver.recv().await else { return };
@@ -165,7 +174,7 @@ impl<D: BatchDialect> WriterTask<D> {
                 // the database is back, instead of waiting out the backoff.
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
-                    write = self.receiver.recv() => retained.extend(write),
+                    write = self.receiver.recv() => arrived = write,
                 }
                 backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
             }
