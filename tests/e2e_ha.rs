@@ -461,8 +461,10 @@ async fn frozen_leader_returns_as_a_follower_without_leader_work() {
     let last_due = first_due + 15 * JOBS as u64;
 
     tokio::time::sleep(Duration::from_millis((first_due + 2_000).saturating_sub(now_ms()))).await;
-    let stopped_at = now_ms();
     nodes[frozen].server().signal("STOP");
+    // Read once the signal is sent, not before: `kill` takes milliseconds to start, and
+    // a timer round the node began in that time is not one after the freeze.
+    let stopped_at = now_ms();
     // Members are not compared: the frozen node stays one until its session expires.
     let successor = wait_for_leader(&nodes, &others, None, SETTLE).await;
     let elected_after = now_ms() - stopped_at;
