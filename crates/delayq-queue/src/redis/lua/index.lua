@@ -67,11 +67,11 @@ local function attach(id, h, topic)
   end
 end
 
--- Takes a decoded job out of the timeline, its ready queue and the counts (not the pool).
-local function detach(id, h, topic)
-  count(h.state, topic, -1)
+-- Takes a job in `state` out of the timeline, its ready queue and the counts (not the pool).
+local function detach(id, state, topic)
+  count(state, topic, -1)
   redis.call('ZREM', D, id)
-  if h.state == READY then
+  if state == READY then
     redis.call('ZREM', BASE .. 'r:' .. topic, id)
   end
 end

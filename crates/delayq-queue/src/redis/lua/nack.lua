@@ -14,7 +14,7 @@ if h.state ~= RESERVED then
   return { 'ws', h.state }
 end
 local topic = topic_name(h.topic)
-detach(id, h, topic)
+detach(id, h.state, topic)
 if h.attempt - 1 >= h.max_retries then
   redis.call('HDEL', J, id)
   local due, topics = done()

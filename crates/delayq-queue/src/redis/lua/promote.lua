@@ -47,9 +47,12 @@ if limit > 0 then
         if h.state == RESERVED then
           h.attempt = h.attempt + 1
           h.run_at = at
+          h.state = READY
+          rec = encode(h)
+        else
+          h.state = READY
+          rec = restamp(h, rec)
         end
-        h.state = READY
-        rec = encode(h)
         redis.call('HSET', J, id, rec)
         attach(id, h, topic)
         report(id, topic, rec, READY)

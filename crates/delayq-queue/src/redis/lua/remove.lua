@@ -7,12 +7,12 @@ local rec = redis.call('HGET', J, id)
 if not rec then
   return { 'nf' }
 end
-local h = decode(rec)
-if ARGV[6] == 'finish' and h.state ~= RESERVED then
-  return { 'ws', h.state }
+local state, code = peek(rec)
+if ARGV[6] == 'finish' and state ~= RESERVED then
+  return { 'ws', state }
 end
-local topic = topic_name(h.topic)
-detach(id, h, topic)
+local topic = topic_name(code)
+detach(id, state, topic)
 redis.call('HDEL', J, id)
 done()
 return { 'ok', topic, rec }

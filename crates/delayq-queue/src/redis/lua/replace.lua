@@ -12,7 +12,7 @@ local h = decode(old)
 if h.state == RESERVED then
   return { 'ws', h.state }
 end
-detach(id, h, topic_name(h.topic))
+detach(id, h.state, topic_name(h.topic))
 local rec = with_topic_code(ARGV[7], topic_code(topic))
 redis.call('HSET', J, id, rec)
 local state = floor(byte(rec, 1) / 8) % 4

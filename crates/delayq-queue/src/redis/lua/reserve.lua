@@ -16,7 +16,7 @@ for i = 1, #popped, 2 do
     count(READY, topic, -1)
     h.state = RESERVED
     h.updated = NOW
-    rec = encode(h)
+    rec = restamp(h, rec)
     redis.call('HSET', J, id, rec)
     count(RESERVED, topic, 1)
     arm(id, NOW + h.ttr)
