@@ -9,7 +9,11 @@
 # Usage: session.sh [OUT_DIR]   (default ./bench-session; one .json and .txt per run)
 # Environment: REDIS_URL (default redis://127.0.0.1:6379), MYSQL_URL (default
 # mysql://root@127.0.0.1:3306/delayq_bench; its database is dropped and created),
-# DELAYQ_BIN and BENCH_BIN as for on-fresh-server.sh.
+# DELAYQ_BIN and BENCH_BIN as for on-fresh-server.sh. PEER_CMD, when set, is a shell
+# command run once per repetition right after the ceiling, on the emptied Redis, with the
+# repetition's number as $1: a peer's driver for the same workloads, so that the peer is
+# measured interleaved with delayq (no peer ships with delayq). Its output goes to
+# peer-<rep>.txt and is printed.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
@@ -38,6 +42,11 @@ run() { # run <name> <command...>: one measurement, its table in <name>.txt
 for rep in 1 2 3; do
   flush_redis; run "ceiling1-$rep" "$B" ceiling --redis "$R"
   flush_redis; run "ceiling64-$rep" "$B" ceiling --redis "$R" --pipeline 64
+  if [ -n "${PEER_CMD:-}" ]; then
+    flush_redis
+    bash -c "$PEER_CMD" peer "$rep" >"$out/peer-$rep.txt" 2>&1 || { echo "peer failed:"; cat "$out/peer-$rep.txt"; exit 1; }
+    echo "peer-$rep: $(tr '\n' ' ' <"$out/peer-$rep.txt")"
+  fi
   flush_redis; run "push-single-$rep" env DELAYQ_REDIS_URL="$R" "$S" push --mode single --redis-url "$R"
   flush_redis; run "push-batch-$rep" env DELAYQ_REDIS_URL="$R" "$S" push --mode batch --redis-url "$R"
   fresh_mysql; flush_redis
