@@ -145,17 +145,30 @@ impl Engine {
         parse().map_err(unavailable)
     }
 
-    /// Finishes or deletes a job; returns it as it was.
-    pub(super) async fn remove(&self, id: &JobId, removal: Removal) -> QueueResult<Job> {
-        let shard = self.shard_of(id);
+    /// Finishes or deletes jobs of one shard, each judged alone; returns each as it was.
+    pub(super) async fn remove(
+        &self,
+        shard: &ShardKeys,
+        removals: &[(&JobId, Removal)],
+    ) -> QueueResult<Vec<QueueResult<Job>>> {
         let mut invocation = self.invocation(&self.scripts.remove, shard, Timestamp::now());
-        let mode = match removal {
-            Removal::Finish => "finish",
-            Removal::Delete => "delete",
-        };
-        invocation.arg(keys::encode_id(id)).arg(mode);
+        for (id, removal) in removals {
+            let mode = match removal {
+                Removal::Finish => "finish",
+                Removal::Delete => "delete",
+            };
+            invocation.arg(keys::encode_id(id)).arg(mode);
+        }
         let reply = self.run(&invocation).await?;
-        self.on_status(id, reply, |items| reply::job(id.clone(), items))
+        let replies = reply::array(reply).map_err(unavailable)?;
+        if replies.len() != removals.len() {
+            return Err(unavailable(CodecError("reply")));
+        }
+        Ok(removals
+            .iter()
+            .zip(replies)
+            .map(|((id, _), reply)| self.on_status(id, reply, |items| reply::job((*id).clone(), items)))
+            .collect())
     }
 
     /// Restarts the ttr of a reserved job; returns it.

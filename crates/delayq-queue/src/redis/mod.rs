@@ -44,11 +44,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use delayq_common::{InvalidField, Job, JobId, Timestamp, Topic};
-use futures::future::{join_all, try_join_all};
+use futures::future::{join_all, try_join_all, BoxFuture};
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use self::codec::CodecError;
 use self::combine::Combiner;
 use self::connection::{unavailable, RedisConnection, TimedOut};
 use self::engine::{Engine, Removal};
@@ -71,6 +72,8 @@ pub const MIN_CLUSTER_SHARDS: usize = 16;
 pub const MAX_SHARDS: usize = 1024;
 /// The most jobs one schedule script call carries.
 const SCHEDULE_CHUNK: usize = 256;
+/// Jobs per call of the remove script.
+const REMOVE_CHUNK: usize = 256;
 /// The most rounds of shard calls one `promote_due` makes to fill its batch.
 const MAX_PROMOTE_ROUNDS: usize = 4;
 
@@ -96,7 +99,10 @@ impl Default for RedisSchedulerOptions {
 /// The scheduler on Redis; see the module docs for the layout.
 pub struct RedisScheduler {
     engine: Arc<Engine>,
-    combiner: Arc<Combiner>,
+    /// Single schedules, sent together.
+    schedules: Arc<Combiner<Job, ()>>,
+    /// Finishes and deletes, sent together.
+    removals: Arc<Combiner<(JobId, Removal), Job>>,
     subscriber: JoinHandle<()>,
 }
 
@@ -135,8 +141,9 @@ impl RedisScheduler {
         let engine = Engine::new(connection, keys, options.prefix, options.timeout, signals);
         info!(shards, cluster = urls.len() > 1, "redis scheduler connected");
         let engine = Arc::new(engine);
-        let combiner = Arc::new(Combiner::new(Arc::clone(&engine)));
-        Ok(RedisScheduler { engine, combiner, subscriber })
+        let schedules = Arc::new(Combiner::new(Arc::clone(&engine), send_schedules));
+        let removals = Arc::new(Combiner::new(Arc::clone(&engine), send_removals));
+        Ok(RedisScheduler { engine, schedules, removals, subscriber })
     }
 
     /// Returns the number of shards in use.
@@ -158,7 +165,7 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn schedule(&self, job: &Job) -> QueueResult<()> {
-        self.combiner.schedule(job.clone()).await
+        self.schedules.call(job.clone()).await
     }
 
     async fn schedule_batch(&self, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
@@ -225,7 +232,7 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn finish(&self, id: &JobId) -> QueueResult<Job> {
-        self.engine.remove(id, Removal::Finish).await
+        self.removals.call((id.clone(), Removal::Finish)).await
     }
 
     async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job> {
@@ -237,7 +244,7 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn delete(&self, id: &JobId) -> QueueResult<Job> {
-        self.engine.remove(id, Removal::Delete).await
+        self.removals.call((id.clone(), Removal::Delete)).await
     }
 
     async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
@@ -343,6 +350,54 @@ fn validate(urls: &[String], options: &RedisSchedulerOptions) -> Result<(), Inva
         return Err(InvalidField::new("redis timeout", "must be positive"));
     }
     Ok(())
+}
+
+fn send_schedules<'a>(engine: &'a Engine, jobs: &'a [Job]) -> BoxFuture<'a, QueueResult<Vec<QueueResult<()>>>> {
+    Box::pin(schedule_jobs(engine, jobs))
+}
+
+fn send_removals<'a>(
+    engine: &'a Engine,
+    removals: &'a [(JobId, Removal)],
+) -> BoxFuture<'a, QueueResult<Vec<QueueResult<Job>>>> {
+    Box::pin(remove_jobs(engine, removals))
+}
+
+/// Finishes or deletes jobs, each judged alone: one script call per shard
+/// (and per [`REMOVE_CHUNK`] jobs).
+async fn remove_jobs(engine: &Engine, removals: &[(JobId, Removal)]) -> QueueResult<Vec<QueueResult<Job>>> {
+    let shards = engine.shards.len();
+    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
+    for (position, (id, _)) in removals.iter().enumerate() {
+        by_shard[keys::shard_of(id, shards)].push(position);
+    }
+    let calls: Vec<(usize, &[usize])> = by_shard
+        .iter()
+        .enumerate()
+        .flat_map(|(shard, positions)| positions.chunks(REMOVE_CHUNK).map(move |chunk| (shard, chunk)))
+        .collect();
+    let replies = join_all(calls.iter().map(|&(shard, chunk)| {
+        let chunk_removals: Vec<(&JobId, Removal)> =
+            chunk.iter().map(|&position| (&removals[position].0, removals[position].1)).collect();
+        async move { engine.remove(&engine.shards[shard], &chunk_removals).await }
+    }))
+    .await;
+    let mut outcomes: Vec<Option<QueueResult<Job>>> = removals.iter().map(|_| None).collect();
+    for ((_, chunk), reply) in calls.iter().zip(replies) {
+        match reply {
+            Ok(removed) => {
+                for (&position, outcome) in chunk.iter().zip(removed) {
+                    outcomes[position] = Some(outcome);
+                }
+            }
+            Err(error) => {
+                for &position in chunk.iter() {
+                    outcomes[position] = Some(Err(error.unavailable_copy()));
+                }
+            }
+        }
+    }
+    Ok(outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Err(unavailable(CodecError("reply"))))).collect())
 }
 
 /// Adds new jobs, one script call per shard (and chunk); each job judged alone.

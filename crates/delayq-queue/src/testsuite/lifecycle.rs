@@ -8,6 +8,7 @@ use delayq_common::{Job, JobState, Timestamp, Topic};
 use super::{
     ago_ms, assert_not_found, assert_wrong_state, ids, in_ms, ms, ok, promote_past, state_of, wait_for, Names,
 };
+use crate::error::QueueError;
 use crate::scheduler::Scheduler;
 
 /// Schedules `job` (due already) and reserves it; returns it as reserved and
@@ -207,6 +208,62 @@ pub async fn check_finish(scheduler: Arc<dyn Scheduler>) {
     assert_eq!(ok("get", scheduler.get(&job.id).await), None, "a finished job never comes back");
     let reserved = ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await);
     assert!(reserved.is_empty(), "nothing comes back: {reserved:?}");
+}
+
+/// Finishes and deletes sent at once are each judged alone: every reserved job
+/// is finished exactly once, a second finish of the same job finds nothing, and
+/// a finish of a job deleted at the same time ends it at most once.
+pub async fn check_concurrent_finishes(scheduler: Arc<dyn Scheduler>) {
+    const JOBS: usize = 40;
+    let names = Names::new("finishes");
+    let topic = names.topic("q");
+    let jobs: Vec<Job> = (0..JOBS).map(|i| names.job(&format!("j{i}"), &topic, ago_ms(10))).collect();
+    for job in &jobs {
+        ok("schedule", scheduler.schedule(job).await);
+    }
+    let reserved = ok("reserve", scheduler.reserve(&topic, JOBS, Duration::ZERO).await);
+    assert_eq!(reserved.len(), JOBS, "every job is reserved");
+    let mut calls = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let scheduler = Arc::clone(&scheduler);
+        let id = job.id.clone();
+        // Jobs 0..10 are finished twice, jobs 10..20 finished and deleted at once.
+        let second = match i {
+            0..10 => Some(true),
+            10..20 => Some(false),
+            _ => None,
+        };
+        calls.push(tokio::spawn(async move {
+            let (first, second) = match second {
+                Some(finish_again) => {
+                    let again = async {
+                        if finish_again {
+                            scheduler.finish(&id).await
+                        } else {
+                            scheduler.delete(&id).await
+                        }
+                    };
+                    let (first, second) = tokio::join!(scheduler.finish(&id), again);
+                    (first, Some(second))
+                }
+                None => (scheduler.finish(&id).await, None),
+            };
+            (id, first, second)
+        }));
+    }
+    for call in calls {
+        let (id, first, second) = call.await.unwrap_or_else(|error| panic!("a finishing task failed: {error}"));
+        let ended = usize::from(first.is_ok()) + usize::from(matches!(second, Some(Ok(_))));
+        assert_eq!(ended, 1, "job {id} ended exactly once: {first:?} / {second:?}");
+        for outcome in [Some(first), second].into_iter().flatten() {
+            if let Err(error) = outcome {
+                assert!(matches!(error, QueueError::NotFound(_)), "job {id}: the loser finds nothing: {error:?}");
+            }
+        }
+        assert_eq!(ok("get", scheduler.get(&id).await), None, "job {id} is gone");
+    }
+    let stats = ok("stats", scheduler.stats().await);
+    assert!(stats.iter().all(|stats| stats.topic != topic), "no live job is left counted: {stats:?}");
 }
 
 /// `delete` removes a job in each live state; it never comes back.

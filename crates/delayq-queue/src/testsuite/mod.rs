@@ -41,8 +41,8 @@ pub use self::delivery::{
     check_priority_order, check_promote_batches, check_reserve_count, check_wakeup_on_sooner_job,
 };
 pub use self::lifecycle::{
-    check_dead_after_nack, check_dead_after_ttr_retries, check_delete_in_each_state, check_finish,
-    check_nack_with_delay, check_touch_extends_ttr, check_ttl_expiry, check_ttr_redelivery,
+    check_concurrent_finishes, check_dead_after_nack, check_dead_after_ttr_retries, check_delete_in_each_state,
+    check_finish, check_nack_with_delay, check_touch_extends_ttr, check_ttl_expiry, check_ttr_redelivery,
 };
 pub use self::records::{
     check_clear, check_intact_while_data_kept, check_replace, check_restore_batch, check_restore_is_idempotent,
@@ -110,6 +110,7 @@ macro_rules! scheduler_conformance {
             check_ttl_expiry,
             check_touch_extends_ttr,
             check_finish,
+            check_concurrent_finishes,
             check_delete_in_each_state,
             check_stats,
             check_restore_is_idempotent,

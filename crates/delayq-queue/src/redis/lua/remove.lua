@@ -1,18 +1,26 @@
--- remove.lua: ends a live job (finish: only a reserved one; delete: any).
+-- remove.lua: ends live jobs (finish: only a reserved one; delete: any), each judged alone.
 -- KEYS: the common three (lib.lua).
--- ARGV[5] id, ARGV[6] 'finish' | 'delete'
--- Returns: { 'ok', topic, record as it was } | { 'nf' } | { 'ws', state }
-local id = ARGV[5]
-local rec = redis.call('HGET', J, id)
-if not rec then
-  return { 'nf' }
+-- ARGV[5..]: two per job: id, 'finish' | 'delete'
+-- Returns: one reply per job, in order:
+--   { 'ok', topic, record as it was } | { 'nf' } | { 'ws', state }
+-- (A job named twice is removed by the first and not found by the second.)
+local out = {}
+for i = 5, #ARGV, 2 do
+  local id = ARGV[i]
+  local rec = redis.call('HGET', J, id)
+  if not rec then
+    out[#out + 1] = { 'nf' }
+  else
+    local state, code = peek(rec)
+    if ARGV[i + 1] == 'finish' and state ~= RESERVED then
+      out[#out + 1] = { 'ws', state }
+    else
+      local topic = topic_name(code)
+      detach(id, state, topic)
+      redis.call('HDEL', J, id)
+      out[#out + 1] = { 'ok', topic, rec }
+    end
+  end
 end
-local state, code = peek(rec)
-if ARGV[6] == 'finish' and state ~= RESERVED then
-  return { 'ws', state }
-end
-local topic = topic_name(code)
-detach(id, state, topic)
-redis.call('HDEL', J, id)
 done()
-return { 'ok', topic, rec }
+return out
