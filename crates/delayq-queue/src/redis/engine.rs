@@ -200,17 +200,28 @@ impl Engine {
         })
     }
 
-    /// Returns the live job `id`.
-    pub(super) async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
-        let shard = self.shard_of(id);
+    /// Reads jobs of one shard; `None` for each one it does not hold.
+    pub(super) async fn get(&self, shard: &ShardKeys, ids: &[&JobId]) -> QueueResult<Vec<Option<Job>>> {
         let mut invocation = self.invocation(&self.scripts.get, shard, Timestamp::now());
-        invocation.arg(keys::encode_id(id));
-        let reply = self.run(&invocation).await?;
-        if reply == Value::Nil {
-            return Ok(None);
+        for id in ids {
+            invocation.arg(keys::encode_id(id));
         }
-        let mut items = reply::array(reply).map_err(unavailable)?.into_iter();
-        reply::job(id.clone(), &mut items).map(Some).map_err(unavailable)
+        let reply = self.run(&invocation).await?;
+        let replies = reply::array(reply).map_err(unavailable)?;
+        if replies.len() != ids.len() {
+            return Err(unavailable(CodecError("reply")));
+        }
+        ids.iter()
+            .zip(replies)
+            .map(|(id, reply)| {
+                if reply == Value::Nil {
+                    return Ok(None);
+                }
+                let mut items = reply::array(reply)?.into_iter();
+                reply::job((*id).clone(), &mut items).map(Some)
+            })
+            .collect::<Result<_, CodecError>>()
+            .map_err(unavailable)
     }
 
     /// Applies at most `limit` due entries of one shard at `now`; returns the

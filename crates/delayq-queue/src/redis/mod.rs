@@ -74,6 +74,8 @@ pub const MAX_SHARDS: usize = 1024;
 const SCHEDULE_CHUNK: usize = 256;
 /// Jobs per call of the remove script.
 const REMOVE_CHUNK: usize = 256;
+/// Jobs per call of the get script.
+const GET_CHUNK: usize = 256;
 /// The most rounds of shard calls one `promote_due` makes to fill its batch.
 const MAX_PROMOTE_ROUNDS: usize = 4;
 
@@ -103,6 +105,8 @@ pub struct RedisScheduler {
     schedules: Arc<Combiner<Job, ()>>,
     /// Finishes and deletes, sent together.
     removals: Arc<Combiner<(JobId, Removal), Job>>,
+    /// Reads of single jobs, sent together.
+    gets: Arc<Combiner<JobId, Option<Job>>>,
     subscriber: JoinHandle<()>,
 }
 
@@ -143,7 +147,8 @@ impl RedisScheduler {
         let engine = Arc::new(engine);
         let schedules = Arc::new(Combiner::new(Arc::clone(&engine), send_schedules));
         let removals = Arc::new(Combiner::new(Arc::clone(&engine), send_removals));
-        Ok(RedisScheduler { engine, schedules, removals, subscriber })
+        let gets = Arc::new(Combiner::new(Arc::clone(&engine), send_gets));
+        Ok(RedisScheduler { engine, schedules, removals, gets, subscriber })
     }
 
     /// Returns the number of shards in use.
@@ -248,7 +253,7 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
-        self.engine.get(id).await
+        self.gets.call(id.clone()).await
     }
 
     async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion> {
@@ -363,41 +368,73 @@ fn send_removals<'a>(
     Box::pin(remove_jobs(engine, removals))
 }
 
-/// Finishes or deletes jobs, each judged alone: one script call per shard
-/// (and per [`REMOVE_CHUNK`] jobs).
+fn send_gets<'a>(engine: &'a Engine, ids: &'a [JobId]) -> BoxFuture<'a, QueueResult<Vec<QueueResult<Option<Job>>>>> {
+    Box::pin(async move {
+        let outcomes = call_by_shard(engine, ids.iter(), GET_CHUNK, |shard, chunk| {
+            let chunk_ids: Vec<&JobId> = chunk.iter().map(|&position| &ids[position]).collect();
+            async move { Ok(engine.get(shard, &chunk_ids).await?.into_iter().map(Ok).collect()) }
+        });
+        Ok(outcomes.await)
+    })
+}
+
+/// Finishes or deletes jobs, each judged alone.
 async fn remove_jobs(engine: &Engine, removals: &[(JobId, Removal)]) -> QueueResult<Vec<QueueResult<Job>>> {
+    let outcomes = call_by_shard(engine, removals.iter().map(|(id, _)| id), REMOVE_CHUNK, |shard, chunk| {
+        let chunk_removals: Vec<(&JobId, Removal)> =
+            chunk.iter().map(|&position| (&removals[position].0, removals[position].1)).collect();
+        async move { engine.remove(shard, &chunk_removals).await }
+    });
+    Ok(outcomes.await)
+}
+
+/// Makes one script call per shard for the jobs `ids` name (and per `chunk` of
+/// them), all at once, and puts the per-job outcomes back in the order of
+/// `ids`; a call that fails fails each of its jobs.
+async fn call_by_shard<'a, T, Call, Reply>(
+    engine: &'a Engine,
+    ids: impl Iterator<Item = &'a JobId>,
+    chunk: usize,
+    call: Call,
+) -> Vec<QueueResult<T>>
+where
+    Call: Fn(&'a ShardKeys, &[usize]) -> Reply,
+    Reply: std::future::Future<Output = QueueResult<Vec<QueueResult<T>>>>,
+{
     let shards = engine.shards.len();
     let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
-    for (position, (id, _)) in removals.iter().enumerate() {
+    let mut count = 0;
+    for (position, id) in ids.enumerate() {
         by_shard[keys::shard_of(id, shards)].push(position);
+        count = position + 1;
     }
     let calls: Vec<(usize, &[usize])> = by_shard
         .iter()
         .enumerate()
-        .flat_map(|(shard, positions)| positions.chunks(REMOVE_CHUNK).map(move |chunk| (shard, chunk)))
+        .flat_map(|(shard, positions)| positions.chunks(chunk).map(move |positions| (shard, positions)))
         .collect();
-    let replies = join_all(calls.iter().map(|&(shard, chunk)| {
-        let chunk_removals: Vec<(&JobId, Removal)> =
-            chunk.iter().map(|&position| (&removals[position].0, removals[position].1)).collect();
-        async move { engine.remove(&engine.shards[shard], &chunk_removals).await }
-    }))
-    .await;
-    let mut outcomes: Vec<Option<QueueResult<Job>>> = removals.iter().map(|_| None).collect();
-    for ((_, chunk), reply) in calls.iter().zip(replies) {
+    let replies = join_all(calls.iter().map(|&(shard, positions)| call(&engine.shards[shard], positions))).await;
+    let mut outcomes: Vec<Option<QueueResult<T>>> = (0..count).map(|_| None).collect();
+    for ((_, positions), reply) in calls.iter().zip(replies) {
         match reply {
-            Ok(removed) => {
-                for (&position, outcome) in chunk.iter().zip(removed) {
+            Ok(replies) if replies.len() == positions.len() => {
+                for (&position, outcome) in positions.iter().zip(replies) {
                     outcomes[position] = Some(outcome);
                 }
             }
+            Ok(_) => {
+                for &position in positions.iter() {
+                    outcomes[position] = Some(Err(unavailable(CodecError("reply"))));
+                }
+            }
             Err(error) => {
-                for &position in chunk.iter() {
+                for &position in positions.iter() {
                     outcomes[position] = Some(Err(error.unavailable_copy()));
                 }
             }
         }
     }
-    Ok(outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Err(unavailable(CodecError("reply"))))).collect())
+    outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Err(unavailable(CodecError("reply"))))).collect()
 }
 
 /// Adds new jobs, one script call per shard (and chunk); each job judged alone.

@@ -45,8 +45,8 @@ pub use self::lifecycle::{
     check_finish, check_nack_with_delay, check_touch_extends_ttr, check_ttl_expiry, check_ttr_redelivery,
 };
 pub use self::records::{
-    check_clear, check_intact_while_data_kept, check_replace, check_restore_batch, check_restore_is_idempotent,
-    check_schedule_and_get, check_schedule_conflict, check_stats,
+    check_clear, check_concurrent_gets, check_intact_while_data_kept, check_replace, check_restore_batch,
+    check_restore_is_idempotent, check_schedule_and_get, check_schedule_conflict, check_stats,
 };
 use crate::error::QueueResult;
 use crate::scheduler::{Promotion, Scheduler};
@@ -93,6 +93,7 @@ macro_rules! scheduler_conformance {
         $crate::scheduler_conformance!(@checks $factory;
             check_schedule_and_get,
             check_schedule_conflict,
+            check_concurrent_gets,
             check_due_order,
             check_not_ready_before_run_at,
             check_priority_order,

@@ -47,6 +47,36 @@ pub async fn check_schedule_and_get(scheduler: Arc<dyn Scheduler>) {
     assert_eq!(ok("get", scheduler.get(&names.id("nobody")).await), None);
 }
 
+/// Reads sent at once each get their own job back, or nothing for an id no job has.
+pub async fn check_concurrent_gets(scheduler: Arc<dyn Scheduler>) {
+    const JOBS: usize = 30;
+    let names = Names::new("gets");
+    let topic = names.topic("q");
+    let jobs: Vec<Job> = (0..JOBS)
+        .map(|i| {
+            let mut job = names.job(&format!("j{i}"), &topic, in_ms(60_000));
+            job.body = format!("body of job {i}");
+            job
+        })
+        .collect();
+    for job in &jobs {
+        ok("schedule", scheduler.schedule(job).await);
+    }
+    let reads = jobs.iter().map(Some).chain((0..10).map(|_| None)).enumerate().map(|(i, job)| {
+        let scheduler = Arc::clone(&scheduler);
+        let id = job.map_or_else(|| names.id(&format!("nobody{i}")), |job| job.id.clone());
+        tokio::spawn(async move { scheduler.get(&id).await })
+    });
+    let reads: Vec<_> = reads.collect();
+    for (i, read) in reads.into_iter().enumerate() {
+        let got = ok("get", read.await.unwrap_or_else(|error| panic!("a reading task failed: {error}")));
+        match jobs.get(i) {
+            Some(job) => assert_same_job(got, job, JobState::Delay),
+            None => assert_eq!(got, None, "read {i} names no job"),
+        }
+    }
+}
+
 /// Scheduling an id that a live job holds is a conflict and changes nothing,
 /// alone or in a batch.
 pub async fn check_schedule_conflict(scheduler: Arc<dyn Scheduler>) {
