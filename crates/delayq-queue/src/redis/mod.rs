@@ -25,6 +25,8 @@
 //! - `connection`: standalone or cluster connection and call timeouts;
 //! - `keys`: key names, shard of an id, id encoding; `codec`: the job record;
 //! - `scripts` and `lua/`: the transitions; `engine`: one script call per shard;
+//! - `combine`: single schedules, finishes and deletes, and reads that arrive
+//!   together, sent as one script call per shard;
 //! - `reserve`: cross-shard pop and long-poll; `notify`: pub/sub signals between nodes;
 //! - `reply`: reading script replies.
 
