@@ -442,48 +442,33 @@ where
 /// Adds new jobs, one script call per shard (and chunk); each job judged alone.
 async fn schedule_jobs(engine: &Engine, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
     let now = Timestamp::now();
-    let shards = engine.shards.len();
-    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
-    for (position, job) in jobs.iter().enumerate() {
-        by_shard[keys::shard_of(&job.id, shards)].push(position);
-    }
-    let calls = by_shard
-        .iter()
-        .enumerate()
-        .flat_map(|(shard, positions)| positions.chunks(SCHEDULE_CHUNK).map(move |chunk| (shard, chunk)));
-    let calls: Vec<(usize, &[usize])> = calls.collect();
-    let replies = join_all(calls.iter().map(|&(shard, chunk)| {
-        let chunk_jobs: Vec<&Job> = chunk.iter().map(|&position| &jobs[position]).collect();
-        async move { engine.schedule(&engine.shards[shard], &chunk_jobs, now).await }
-    }))
-    .await;
-    let mut outcomes: Vec<Option<QueueResult<()>>> = jobs.iter().map(|_| None).collect();
-    let mut first_failure = None;
-    for ((_, chunk), reply) in calls.iter().zip(replies) {
-        match reply {
-            Ok(added) => {
-                for (&position, added) in chunk.iter().zip(added) {
-                    outcomes[position] = Some(if added {
-                        Ok(())
-                    } else {
-                        Err(QueueError::Conflict(format!("job {} already exists", jobs[position].id)))
-                    });
-                }
+    let outcomes =
+        call_by_shard(engine, jobs.iter().map(|job| &job.id), SCHEDULE_CHUNK, |shard, chunk| {
+            let chunk_jobs: Vec<&Job> = chunk.iter().map(|&position| &jobs[position]).collect();
+            async move {
+                let added = engine.schedule(shard, &chunk_jobs, now).await?;
+                Ok(chunk_jobs
+                    .iter()
+                    .zip(added)
+                    .map(|(job, added)| {
+                        if added {
+                            Ok(())
+                        } else {
+                            Err(QueueError::Conflict(format!("job {} already exists", job.id)))
+                        }
+                    })
+                    .collect())
             }
-            Err(error) => {
-                for &position in chunk.iter() {
-                    outcomes[position] = Some(Err(error.unavailable_copy()));
-                }
-                first_failure.get_or_insert(error);
-            }
-        }
-    }
-    if let Some(error) = first_failure {
-        if outcomes.iter().all(|outcome| matches!(outcome, Some(Err(QueueError::Unavailable { .. })))) {
+        })
+        .await;
+    // Redis failed every call: that is the batch's failure, not each job's.
+    if outcomes.iter().all(|outcome| matches!(outcome, Err(QueueError::Unavailable { .. }))) {
+        if let Some(Err(error)) = outcomes.into_iter().next() {
             return Err(error);
         }
+        return Ok(Vec::new());
     }
-    Ok(outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(()))).collect())
+    Ok(outcomes)
 }
 
 /// Returns the shard count recorded under the prefix, recording ours if none is.
