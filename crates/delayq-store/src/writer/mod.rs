@@ -56,8 +56,9 @@ pub(crate) use moves_forward;
 mod hold;
 mod task;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use delayq_common::{Job, JobId, JobState, Timestamp};
@@ -195,13 +196,13 @@ pub(crate) struct GroupCommitWriter {
 }
 
 impl GroupCommitWriter {
-    /// Spawns the writer task on the current Tokio runtime.
+    /// Starts the writer task on a thread of its own (see [`run_on_own_thread`]).
     pub(crate) fn spawn<D: BatchDialect>(dialect: D) -> GroupCommitWriter {
         let (sender, receiver) = mpsc::unbounded_channel();
         let commits = Arc::new(AtomicU64::new(0));
         let backend = dialect.backend();
         let task = WriterTask { dialect, receiver, commits: Arc::clone(&commits) };
-        tokio::spawn(task.run());
+        run_on_own_thread(backend, task.run());
         GroupCommitWriter { sender, backend, commits }
     }
 
@@ -264,6 +265,45 @@ impl GroupCommitWriter {
         self.sender.send(write(reply)).map_err(|_| closed(self.backend))?;
         answer.await.map_err(|_| closed(self.backend))?
     }
+}
+
+/// Runs the writer task on a thread of its own, under a single-threaded runtime
+/// that ends with the task (when the store closes or its last handle is dropped).
+///
+/// Every commit is several hops between the task and the database connection,
+/// and every caller of the commit waits for all of them. On the shared runtime
+/// each hop waited its turn behind the request tasks queued on the busy workers:
+/// on two cores under `/push` load a commit took 0.3 ms of wall time for about
+/// 0.1 ms of work. Should the thread or its runtime not start, the task runs on
+/// the current runtime as before.
+fn run_on_own_thread(backend: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            warn!(backend, %error, "the store writer runs on the shared runtime");
+            tokio::spawn(task);
+            return;
+        }
+    };
+    // The task is handed over through a slot, so that it is still here to run
+    // on the current runtime when no thread could be started.
+    let slot = Arc::new(Mutex::new(Some(task)));
+    let on_thread = Arc::clone(&slot);
+    let started = std::thread::Builder::new().name(format!("{backend}-writer")).spawn(move || {
+        if let Some(task) = take(&on_thread) {
+            runtime.block_on(task);
+        }
+    });
+    if let Err(error) = started {
+        warn!(backend, %error, "the store writer runs on the shared runtime");
+        if let Some(task) = take(&slot) {
+            tokio::spawn(task);
+        }
+    }
+}
+
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
 fn closed(backend: &'static str) -> StoreError {
