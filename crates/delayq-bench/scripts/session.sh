@@ -57,4 +57,5 @@ run embedded-push-single "$S" push --mode single
 run embedded-push-batch "$S" push --mode batch
 run embedded-lateness "$S" lateness
 flush_redis; run memory env DELAYQ_REDIS_URL="$R" "$S" memory --redis-url "$R"
+flush_redis; run memory-1m env DELAYQ_REDIS_URL="$R" "$S" memory --n 1000000 --redis-url "$R"
 flush_redis; run burst env DELAYQ_REDIS_URL="$R" "$S" burst --redis-url "$R"
