@@ -6,6 +6,7 @@ use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
 use delayq_common::{Job, JobId, JobState, Timestamp};
+use sqlx::error::ErrorKind;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, QueryBuilder, Sqlite, SqliteConnection};
 
@@ -33,8 +34,24 @@ macro_rules! upsert_on_conflict {
     };
 }
 
-/// The conflict clause, for statements built at run time ([`super::bulk`]).
-pub(super) const UPSERT_CONFLICT_CLAUSE: &str = upsert_on_conflict!();
+/// The conflict clause of a multi-row insert ([`super::bulk`]): as
+/// [`upsert_on_conflict`], but a live job holding an id fails the whole
+/// statement instead of leaving its row alone. Its status would become NULL,
+/// which the column refuses; SQLite then rolls back just that statement. So a
+/// statement that succeeds wrote every one of its rows, and says so without
+/// returning one row per job.
+pub(super) const BULK_UPSERT_CONFLICT_CLAUSE: &str = concat!(
+    " ON CONFLICT (id) DO UPDATE SET \
+     bizkey = excluded.bizkey, topic = excluded.topic, subtopic = excluded.subtopic, \
+     delay = excluded.delay, create_time = excluded.create_time, body = excluded.body, \
+     status = CASE WHEN job.status IN ",
+    live_states!(),
+    " THEN NULL ELSE excluded.status END, \
+     ttl = excluded.ttl, update_time = excluded.update_time, \
+     run_at = excluded.run_at, ttr = excluded.ttr, priority = excluded.priority, \
+     attempt = excluded.attempt, max_retries = excluded.max_retries, \
+     retry_backoff = excluded.retry_backoff, result = excluded.result"
+);
 
 /// Inserts one job, bound by [`bind_job`]; returns its id when it wrote a row.
 ///
@@ -248,6 +265,11 @@ impl SqliteTx {
         }
     }
 
+    /// Whether no statement of the batch has run yet (nor `BEGIN`).
+    pub(super) fn is_unbegun(&self) -> bool {
+        self.begin_pending
+    }
+
     /// The connection, for statements that run only after another one.
     pub(super) fn connection(&mut self) -> &mut SqliteConnection {
         &mut self.connection
@@ -256,6 +278,11 @@ impl SqliteTx {
 
 pub(super) fn is_unique_violation(error: &sqlx::Error) -> bool {
     error.as_database_error().is_some_and(|database| database.is_unique_violation())
+}
+
+/// Whether a statement failed on a NOT NULL column (see [`BULK_UPSERT_CONFLICT_CLAUSE`]).
+pub(super) fn is_not_null_violation(error: &sqlx::Error) -> bool {
+    error.as_database_error().is_some_and(|database| matches!(database.kind(), ErrorKind::NotNullViolation))
 }
 
 #[async_trait]
