@@ -15,7 +15,7 @@ use super::rows::{bind_job, epoch_ms, job_columns, live_states, number};
 use crate::store::{BoxError, StateChange, StoreError};
 use crate::writer::{moves_forward, BatchDialect, LogRow};
 
-/// The conflict clause of every job insert: a row with the same id is
+/// The conflict clause of a single job's insert: a row with the same id is
 /// overwritten only when its job has ended; when a live job holds the id, no
 /// row changes. The business-key index refuses a key held by another live job.
 macro_rules! upsert_on_conflict {
