@@ -252,8 +252,30 @@ async fn counter(client: &Client, name: &str) -> f64 {
 async fn wait_for_log(server: &Server, text: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !server.log().contains(text) {
-        assert!(Instant::now() < deadline, "the log never said {text:?}:\n{}", tail(&server.log()));
+        if Instant::now() >= deadline {
+            panic!(
+                "the log never said {text:?}:\n{}\nrecovery and store metrics:\n{}",
+                tail(&server.log()),
+                recovery_metrics(&server.client()).await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The lines of `/metrics` about recovery and the store, to tell a stalled
+/// reconciliation from one that found nothing to do.
+async fn recovery_metrics(client: &Client) -> String {
+    match client.get_text("/metrics").await {
+        Ok((_, text)) => text
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter(|line| {
+                ["reconcil", "restored", "data_loss", "store_commit", "leader"].iter().any(|word| line.contains(word))
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(error) => format!("(no metrics: {error})"),
     }
 }
 
