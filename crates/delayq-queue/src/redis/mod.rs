@@ -419,14 +419,10 @@ where
     let mut outcomes: Vec<Option<QueueResult<T>>> = (0..count).map(|_| None).collect();
     for ((_, positions), reply) in calls.iter().zip(replies) {
         match reply {
-            Ok(replies) if replies.len() == positions.len() => {
+            // The engine checked that the reply has one outcome per job.
+            Ok(replies) => {
                 for (&position, outcome) in positions.iter().zip(replies) {
                     outcomes[position] = Some(outcome);
-                }
-            }
-            Ok(_) => {
-                for &position in positions.iter() {
-                    outcomes[position] = Some(Err(unavailable(CodecError("reply"))));
                 }
             }
             Err(error) => {
