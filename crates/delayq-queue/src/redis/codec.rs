@@ -74,9 +74,10 @@ pub(super) fn expiry_millis(job: &Job) -> u64 {
     job.expires_at().map_or(0, |at| at.as_millis().min(LUA_MAX))
 }
 
-/// Appends `job` in `state` to `out` as scripts expect it from Rust: without
-/// the topic code, which the script splices in after the first byte.
-pub(super) fn encode_record(job: &Job, state: JobState, out: &mut Vec<u8>) {
+/// Appends `job` in `state` to `out` as scripts expect it from Rust: with
+/// the shard's `topic_code` when the caller knows it, else without one, for
+/// the script to splice in after the first byte.
+pub(super) fn encode_record(job: &Job, state: JobState, topic_code: Option<u64>, out: &mut Vec<u8>) {
     debug_assert!(job.priority <= 7 && state.is_live());
     let mut flags = 0;
     if job.subtopic.is_some() {
@@ -96,6 +97,9 @@ pub(super) fn encode_record(job: &Job, state: JobState, out: &mut Vec<u8>) {
         flags |= FLAG_EXTRAS;
     }
     out.push(flags | (state_code(state) << 3) | job.priority.min(7));
+    if let Some(code) = topic_code {
+        put_varint(out, code);
+    }
     let create = clamp(job.create_time.as_millis());
     let run_at = clamp(job.run_at.as_millis());
     let since_create = run_at as i64 - create as i64;
@@ -250,7 +254,7 @@ mod tests {
     /// What `with_topic_code` in lib.lua does.
     fn stored(job: &Job, state: JobState, topic_code: u64) -> Vec<u8> {
         let mut built = Vec::new();
-        encode_record(job, state, &mut built);
+        encode_record(job, state, None, &mut built);
         let mut record = vec![built[0]];
         put_varint(&mut record, topic_code);
         record.extend_from_slice(&built[1..]);
@@ -308,6 +312,16 @@ mod tests {
             let record = stored(&job, job.state, 300);
             let back = decode_record(job.id.clone(), job.topic.clone(), &record).expect("decodes");
             assert_eq!(back, job);
+        }
+    }
+
+    #[test]
+    fn a_record_built_with_its_topic_code_is_the_spliced_one() {
+        for code in [1, 127, 128, 300, 1 << 20] {
+            let job = sample(100);
+            let mut built = Vec::new();
+            encode_record(&job, JobState::Delay, Some(code), &mut built);
+            assert_eq!(built, stored(&job, JobState::Delay, code), "code {code}");
         }
     }
 

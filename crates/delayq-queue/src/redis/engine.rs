@@ -1,8 +1,9 @@
 //! The calls of the Redis scheduler on one shard: each is one script run
 //! (atomic in Redis), with its arguments built and its reply read here.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
@@ -16,6 +17,9 @@ use super::reply::{self, Status};
 use super::scripts::Scripts;
 use crate::error::{QueueError, QueueResult};
 use crate::scheduler::{reservation_deadline, waiting_state};
+
+/// Topic codes one shard's cache holds at most; past that, it starts over.
+const CACHED_TOPIC_CODES: usize = 4096;
 
 /// Shared state of one Redis scheduler instance.
 pub(super) struct Engine {
@@ -31,6 +35,16 @@ pub(super) struct Engine {
     rotation: AtomicUsize,
     /// The leader epoch promote rounds carry (0: none).
     pub(super) fence: AtomicU64,
+    /// By shard: the code the shard gave each topic, as schedule.lua last
+    /// told. A call whose topics all have one sends records that carry it,
+    /// which saves the script two copies of each record.
+    topic_codes: Vec<Mutex<HashMap<String, u64>>>,
+}
+
+/// The topic codes of one schedule call: each distinct topic's, and each job's.
+struct CallCodes<'a> {
+    topics: Vec<(&'a str, u64)>,
+    jobs: Vec<u64>,
 }
 
 /// Where jobs handed to the schedule script come from.
@@ -57,9 +71,11 @@ impl Engine {
         timeout: Duration,
         signals: Arc<Signals>,
     ) -> Engine {
+        let topic_codes = shards.iter().map(|_| Mutex::new(HashMap::new())).collect();
         Engine {
             connection,
             scripts: Scripts::new(),
+            topic_codes,
             shards,
             prefix,
             timeout,
@@ -91,35 +107,109 @@ impl Engine {
     }
 
     async fn add(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp, arrival: Arrival) -> QueueResult<Vec<bool>> {
+        if let Some(codes) = self.cached_codes(shard, jobs) {
+            if let Some(added) = self.add_once(shard, jobs, now, arrival, Some(&codes)).await? {
+                return Ok(added);
+            }
+            // The shard has given codes anew (it lost or cleared its metadata).
+            self.codes_of(shard).clear();
+        }
+        match self.add_once(shard, jobs, now, arrival, None).await? {
+            Some(added) => Ok(added),
+            None => Err(unavailable(CodecError("reply"))),
+        }
+    }
+
+    /// One schedule call; `None` when the shard refused `codes` and wrote nothing.
+    async fn add_once(
+        &self,
+        shard: &ShardKeys,
+        jobs: &[&Job],
+        now: Timestamp,
+        arrival: Arrival,
+        codes: Option<&CallCodes<'_>>,
+    ) -> QueueResult<Option<Vec<bool>>> {
         let mut invocation = self.invocation(&self.scripts.schedule, shard, now);
+        let topics = codes.map_or(&[][..], |codes| &codes.topics);
+        invocation.arg(topics.len());
+        for (topic, code) in topics {
+            invocation.arg(*topic).arg(*code);
+        }
         let mut record = Vec::with_capacity(160);
-        for job in jobs {
+        for (index, job) in jobs.iter().enumerate() {
+            let code = codes.and_then(|codes| codes.jobs.get(index).copied());
             match (arrival, reservation_deadline(job)) {
                 (Arrival::Restored, Some(deadline)) => {
-                    push_reserved_job_args(&mut invocation, job, deadline, &mut record)
+                    push_reserved_job_args(&mut invocation, job, deadline, code, &mut record)
                 }
-                _ => push_job_args(&mut invocation, job, now, &mut record),
+                _ => push_job_args(&mut invocation, job, now, code, &mut record),
             }
         }
         let reply = self.run(&invocation).await?;
-        let parse = || -> Result<Vec<bool>, CodecError> {
+        let parse = || -> Result<Option<Vec<bool>>, CodecError> {
             let mut items = reply::array(reply)?.into_iter();
-            let added = reply::array(reply::next(&mut items)?)?;
+            let first = reply::next(&mut items)?;
+            if reply::is_tag(&first, b"stale") {
+                return Ok(None);
+            }
+            let added = reply::array(first)?;
             self.apply_signals(shard, &mut items)?;
-            added.iter().map(|flag| reply::int(flag).map(|flag| flag == 1)).collect()
+            self.learn_codes(shard, reply::array(reply::next(&mut items)?)?)?;
+            added.iter().map(|flag| reply::int(flag).map(|flag| flag == 1)).collect::<Result<_, _>>().map(Some)
         };
         let added = parse().map_err(unavailable)?;
-        if added.len() != jobs.len() {
+        if added.as_ref().is_some_and(|added| added.len() != jobs.len()) {
             return Err(unavailable(CodecError("reply")));
         }
         Ok(added)
+    }
+
+    /// The codes of every topic of `jobs` when this node knows them all.
+    fn cached_codes<'a>(&self, shard: &ShardKeys, jobs: &[&'a Job]) -> Option<CallCodes<'a>> {
+        let known = self.codes_of(shard);
+        let mut codes = CallCodes { topics: Vec::new(), jobs: Vec::with_capacity(jobs.len()) };
+        for job in jobs {
+            let topic = job.topic.as_str();
+            let code = match codes.topics.iter().find(|(seen, _)| *seen == topic) {
+                Some(&(_, code)) => code,
+                None => {
+                    let code = *known.get(topic)?;
+                    codes.topics.push((topic, code));
+                    code
+                }
+            };
+            codes.jobs.push(code);
+        }
+        Some(codes)
+    }
+
+    /// Keeps the `topic, code, ...` pairs a schedule call returned.
+    fn learn_codes(&self, shard: &ShardKeys, pairs: Vec<Value>) -> Result<(), CodecError> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut known = self.codes_of(shard);
+        let mut pairs = pairs.into_iter();
+        while let Some(topic) = pairs.next() {
+            let topic = String::from_utf8(reply::bytes(topic)?).map_err(|_| CodecError("topic"))?;
+            let code = u64::try_from(reply::int(&reply::next(&mut pairs)?)?).map_err(|_| CodecError("topic code"))?;
+            if known.len() >= CACHED_TOPIC_CODES && !known.contains_key(&topic) {
+                known.clear();
+            }
+            known.insert(topic, code);
+        }
+        Ok(())
+    }
+
+    fn codes_of(&self, shard: &ShardKeys) -> MutexGuard<'_, HashMap<String, u64>> {
+        self.topic_codes[shard.index].lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Swaps a waiting job for `job`; returns it as scheduled.
     pub(super) async fn replace(&self, job: &Job, now: Timestamp) -> QueueResult<Job> {
         let shard = self.shard_of(&job.id);
         let mut invocation = self.invocation(&self.scripts.replace, shard, now);
-        push_job_args(&mut invocation, job, now, &mut Vec::with_capacity(160));
+        push_job_args(&mut invocation, job, now, None, &mut Vec::with_capacity(160));
         let reply = self.run(&invocation).await?;
         self.on_status(&job.id, reply, |items| {
             let record = reply::bytes(reply::next(items)?)?;
@@ -332,11 +422,17 @@ impl Engine {
 }
 
 /// Appends one job as schedule.lua and replace.lua read it: id, topic,
-/// record (in its waiting state at `now`), score, expiry.
-fn push_job_args(invocation: &mut ScriptInvocation<'_>, job: &Job, now: Timestamp, record: &mut Vec<u8>) {
+/// record (in its waiting state at `now`, with `topic_code` if known), score, expiry.
+fn push_job_args(
+    invocation: &mut ScriptInvocation<'_>,
+    job: &Job,
+    now: Timestamp,
+    topic_code: Option<u64>,
+    record: &mut Vec<u8>,
+) {
     let state = waiting_state(job.run_at, now);
     record.clear();
-    codec::encode_record(job, state, record);
+    codec::encode_record(job, state, topic_code, record);
     let (score, expiry) = match state {
         JobState::Ready => (codec::ready_score(job), codec::expiry_millis(job)),
         _ => (codec::due_millis(job), 0),
@@ -346,9 +442,15 @@ fn push_job_args(invocation: &mut ScriptInvocation<'_>, job: &Job, now: Timestam
 
 /// Appends a job restored in state `reserved` as schedule.lua reads it: its
 /// timeline entry is the ttr deadline.
-fn push_reserved_job_args(invocation: &mut ScriptInvocation<'_>, job: &Job, deadline: Timestamp, record: &mut Vec<u8>) {
+fn push_reserved_job_args(
+    invocation: &mut ScriptInvocation<'_>,
+    job: &Job,
+    deadline: Timestamp,
+    topic_code: Option<u64>,
+    record: &mut Vec<u8>,
+) {
     record.clear();
-    codec::encode_record(job, JobState::Reserved, record);
+    codec::encode_record(job, JobState::Reserved, topic_code, record);
     let score = deadline.as_millis().min(codec::LUA_MAX);
     invocation.arg(keys::encode_id(&job.id)).arg(job.topic.as_str()).arg(record.as_slice()).arg(score).arg(0);
 }

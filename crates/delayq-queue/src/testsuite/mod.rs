@@ -17,9 +17,10 @@
 //!   and generous where it does not (seconds, polled, never a fixed sleep that
 //!   assumes a fast machine).
 //!
-//! The one exception is [`check_clear`]: `clear()` wipes every job of the
-//! backend, other tests' included. It is therefore left out of the default
-//! expansion and only runs with `scheduler_conformance!(exclusive: factory)`,
+//! The exceptions are [`check_clear`] and [`check_topics_after_clear`]:
+//! `clear()` wipes every job of the backend, other tests' included. They are
+//! therefore left out of the default expansion and only run with
+//! `scheduler_conformance!(exclusive: factory)`,
 //! which a backend should use only when the factory hands each test its own
 //! private state (the memory backend), never on a shared server.
 
@@ -47,6 +48,7 @@ pub use self::lifecycle::{
 pub use self::records::{
     check_clear, check_concurrent_gets, check_intact_while_data_kept, check_replace, check_restore_batch,
     check_restore_is_idempotent, check_schedule_and_get, check_schedule_conflict, check_stats,
+    check_topics_after_clear,
 };
 use crate::error::QueueResult;
 use crate::scheduler::{Promotion, Scheduler};
@@ -73,7 +75,7 @@ use crate::scheduler::{Promotion, Scheduler};
 #[macro_export]
 macro_rules! scheduler_conformance {
     (exclusive: $factory:expr) => {
-        $crate::scheduler_conformance!(@checks $factory; check_clear);
+        $crate::scheduler_conformance!(@checks $factory; check_clear, check_topics_after_clear);
     };
     (@checks $factory:expr; $($check:ident),+ $(,)?) => {
         $(

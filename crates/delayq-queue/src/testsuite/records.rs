@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::{Job, JobState, Timestamp};
+use delayq_common::{Job, JobState, Timestamp, Topic};
 
 use super::{
     ago_ms, assert_not_found, assert_wrong_state, ids, in_ms, ms, ok, promote, promote_past, reserve_until, state_of,
@@ -284,4 +284,40 @@ pub async fn check_clear(scheduler: Arc<dyn Scheduler>) {
     assert!(stats.iter().all(|stats| stats.topic != topic), "no counts left for the topic");
     ok("schedule", scheduler.schedule(&ready).await);
     assert_eq!(ids(&ok("reserve", scheduler.reserve(&topic, 10, Duration::ZERO).await)), vec![ready.id.clone()]);
+}
+
+/// Topics cleared and pushed again in another order keep their names: a
+/// backend that numbers topics (Redis) numbers them anew after a clear, and
+/// a job must never be filed under the number another topic had.
+///
+/// Exclusive, as [`check_clear`].
+pub async fn check_topics_after_clear(scheduler: Arc<dyn Scheduler>) {
+    // Enough jobs that each topic reaches every shard of a sharded backend.
+    const JOBS: usize = 256;
+    let names = Names::new("topics-after-clear");
+    let first = names.topic("first");
+    let second = names.topic("second");
+    let batch = |label: &str, topic: &Topic| -> Vec<Job> {
+        (0..JOBS).map(|index| names.job(&format!("{label}-{index}"), topic, in_ms(60_000))).collect()
+    };
+    let before = batch("before", &first);
+    assert!(ok("schedule_batch", scheduler.schedule_batch(&before).await).iter().all(Result::is_ok));
+    ok("clear", scheduler.clear().await);
+
+    // Now the second topic is the one a shard meets first.
+    let seconds = batch("second", &second);
+    let firsts = batch("first", &first);
+    for jobs in [&seconds, &firsts] {
+        let outcomes = ok("schedule_batch", scheduler.schedule_batch(jobs).await);
+        assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    }
+    for job in seconds.iter().chain(&firsts) {
+        let held = ok("get", scheduler.get(&job.id).await).unwrap_or_else(|| panic!("job {} is held", job.id));
+        assert_eq!(held.topic, job.topic, "job {}", job.id);
+    }
+    let stats = ok("stats", scheduler.stats().await);
+    for topic in [&first, &second] {
+        let delayed = stats.iter().find(|stats| &stats.topic == topic).map_or(0, |stats| stats.delay);
+        assert_eq!(delayed, JOBS as u64, "delayed jobs of {topic}");
+    }
 }

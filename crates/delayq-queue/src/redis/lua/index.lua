@@ -3,9 +3,16 @@
 
 -- Live counts change in memory and are written once per field by done().
 local count_deltas, count_fields = {}, {}
+-- The count field of each topic by state, built once per call, not once per job.
+local field_names = { {}, {}, {} }
 
 local function count(state, topic, delta)
-  local field = sub(LETTERS, state + 1, state + 1) .. topic
+  local of_state = field_names[state + 1]
+  local field = of_state[topic]
+  if field == nil then
+    field = sub(LETTERS, state + 1, state + 1) .. topic
+    of_state[topic] = field
+  end
   local current = count_deltas[field]
   if current == nil then
     count_fields[#count_fields + 1] = field

@@ -1,28 +1,56 @@
 -- schedule.lua: adds jobs the shard does not hold yet (schedule, schedule_batch, restore).
 -- KEYS: the common three (lib.lua).
--- ARGV[5..]: five per job:
+-- ARGV[5]: k, the number of (topic, code) pairs that follow: the topic codes the
+--   caller believes this shard has given the topics of the call. With k = 0, the
+--   records come without a topic code and this script splices it in after the
+--   first byte; with k > 0 they carry it already, which saves copying each
+--   record twice here, and the pairs are checked first (a shard that lost its
+--   metadata gives codes anew).
+-- ARGV[6 .. 5 + 2k]: the pairs. Then five per job:
 --   id       encoded id (the pool field)
 --   topic    topic name
---   record   job record built without a topic code; its state (delay or ready, or
---            reserved for a job restored from the store) was decided by the caller against ARGV[2]
+--   record   job record (with or without its topic code, as above); its state (delay or
+--            ready, or reserved for a job restored from the store) was decided by the
+--            caller against ARGV[2]
 --   score    run_at when delayed; priority * 2^43 + run_at when ready; the ttr
 --            deadline when reserved
 --   expiry   run_at + ttl for a ready job with a ttl, else 0
--- Returns: { {1 added | 0 already held, ...}, wake due or nil, {readied topics} }
+-- Returns: { {1 added | 0 already held, ...}, wake due or nil, {readied topics},
+--            {topic, code, ...} of the call's topics when k = 0 }
+--        | { 'stale' } when a pair does not hold: nothing was written.
 -- (The first job's topic code and @next are read in one HMGET: a single push costs
 -- four commands: HMGET, HSETNX, ZADD, HINCRBY.)
+local pair_count = tonumber(ARGV[5])
+local first_job = 6 + 2 * pair_count
 -- One read for the first topic's code and the announced earliest instant.
-local first_topic = ARGV[6]
+local first_topic = ARGV[first_job + 1]
 local known = redis.call('HMGET', M, '#n' .. first_topic, '@next')
 if known[1] then
   codes[first_topic] = tonumber(known[1])
   names[codes[first_topic]] = first_topic
 end
 announced_due = known[2] and tonumber(known[2]) or false
+for p = 6, first_job - 1, 2 do
+  local topic, code = ARGV[p], tonumber(ARGV[p + 1])
+  if codes[topic] == nil then
+    local held = redis.call('HGET', M, '#n' .. topic)
+    if held then
+      codes[topic] = tonumber(held)
+      names[codes[topic]] = topic
+    end
+  end
+  if codes[topic] ~= code then
+    return { 'stale' }
+  end
+end
+local coded = pair_count > 0
 local added = {}
-for i = 5, #ARGV, 5 do
+for i = first_job, #ARGV, 5 do
   local id, topic = ARGV[i], ARGV[i + 1]
-  local rec = with_topic_code(ARGV[i + 2], topic_code(topic))
+  local rec = ARGV[i + 2]
+  if not coded then
+    rec = with_topic_code(rec, topic_code(topic))
+  end
   if redis.call('HSETNX', J, id, rec) == 0 then
     added[#added + 1] = 0
   else
@@ -36,5 +64,12 @@ for i = 5, #ARGV, 5 do
     added[#added + 1] = 1
   end
 end
+local learned = {}
+if not coded then
+  for topic, code in pairs(codes) do
+    learned[#learned + 1] = topic
+    learned[#learned + 1] = code
+  end
+end
 local due, topics = done()
-return { added, due, topics }
+return { added, due, topics, learned }
