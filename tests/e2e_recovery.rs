@@ -444,6 +444,10 @@ async fn crash_between_store_and_redis_write_keeps_the_job() {
     let mut env = node_env(&redis_url, &database_url, &name);
     env.push(("DELAYQ_FAILPOINT", "push-after-store"));
     let crashing = Server::start(dir.path(), &env).await;
+    // The first node's recovery marks the new prefix's shards in Redis. Were it
+    // to crash before that, the next node would find them unmarked, take Redis
+    // for emptied and restore the job instead of reconciling it back.
+    wait_for_log(&crashing, "scheduler restored from the store").await;
     let id = format!("{name}-job");
     let job = json!({"topic": "recovery.crash", "body": "survive", "id": id});
     let answer = crashing.client().post("/push", &job).await;
