@@ -15,22 +15,31 @@ use super::rows::{bind_job, epoch_ms, job_columns, live_states, number};
 use crate::store::{BoxError, StateChange, StoreError};
 use crate::writer::{moves_forward, BatchDialect, LogRow};
 
+/// The conflict clause of a job insert, setting `status` to the given SQL
+/// (a comma-separated list of string literals and macro calls): a push
+/// rewrites every column of the row it finds with the same id.
+macro_rules! overwrite_on_conflict {
+    ($($status:tt)+) => {
+        concat!(
+            " ON CONFLICT (id) DO UPDATE SET \
+             bizkey = excluded.bizkey, topic = excluded.topic, subtopic = excluded.subtopic, \
+             delay = excluded.delay, create_time = excluded.create_time, body = excluded.body, \
+             status = ",
+            $($status)+,
+            ", ttl = excluded.ttl, update_time = excluded.update_time, \
+             run_at = excluded.run_at, ttr = excluded.ttr, priority = excluded.priority, \
+             attempt = excluded.attempt, max_retries = excluded.max_retries, \
+             retry_backoff = excluded.retry_backoff, result = excluded.result"
+        )
+    };
+}
+
 /// The conflict clause of a single job's insert: a row with the same id is
 /// overwritten only when its job has ended; when a live job holds the id, no
 /// row changes. The business-key index refuses a key held by another live job.
 macro_rules! upsert_on_conflict {
     () => {
-        concat!(
-            " ON CONFLICT (id) DO UPDATE SET \
-             bizkey = excluded.bizkey, topic = excluded.topic, subtopic = excluded.subtopic, \
-             delay = excluded.delay, create_time = excluded.create_time, body = excluded.body, \
-             status = excluded.status, ttl = excluded.ttl, update_time = excluded.update_time, \
-             run_at = excluded.run_at, ttr = excluded.ttr, priority = excluded.priority, \
-             attempt = excluded.attempt, max_retries = excluded.max_retries, \
-             retry_backoff = excluded.retry_backoff, result = excluded.result \
-             WHERE job.status NOT IN ",
-            live_states!()
-        )
+        concat!(overwrite_on_conflict!("excluded.status"), " WHERE job.status NOT IN ", live_states!())
     };
 }
 
@@ -40,18 +49,8 @@ macro_rules! upsert_on_conflict {
 /// which the column refuses; SQLite then rolls back just that statement. So a
 /// statement that succeeds wrote every one of its rows, and says so without
 /// returning one row per job.
-pub(super) const BULK_UPSERT_CONFLICT_CLAUSE: &str = concat!(
-    " ON CONFLICT (id) DO UPDATE SET \
-     bizkey = excluded.bizkey, topic = excluded.topic, subtopic = excluded.subtopic, \
-     delay = excluded.delay, create_time = excluded.create_time, body = excluded.body, \
-     status = CASE WHEN job.status IN ",
-    live_states!(),
-    " THEN NULL ELSE excluded.status END, \
-     ttl = excluded.ttl, update_time = excluded.update_time, \
-     run_at = excluded.run_at, ttr = excluded.ttr, priority = excluded.priority, \
-     attempt = excluded.attempt, max_retries = excluded.max_retries, \
-     retry_backoff = excluded.retry_backoff, result = excluded.result"
-);
+pub(super) const BULK_UPSERT_CONFLICT_CLAUSE: &str =
+    overwrite_on_conflict!("CASE WHEN job.status IN ", live_states!(), " THEN NULL ELSE excluded.status END");
 
 /// Inserts one job, bound by [`bind_job`]; returns its id when it wrote a row.
 ///
