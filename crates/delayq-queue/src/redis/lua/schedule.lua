@@ -25,21 +25,10 @@ local first_job = 6 + 2 * pair_count
 -- One read for the first topic's code and the announced earliest instant.
 local first_topic = ARGV[first_job + 1]
 local known = redis.call('HMGET', M, '#n' .. first_topic, '@next')
-if known[1] then
-  codes[first_topic] = tonumber(known[1])
-  names[codes[first_topic]] = first_topic
-end
+held_code(first_topic, known[1])
 announced_due = known[2] and tonumber(known[2]) or false
 for p = 6, first_job - 1, 2 do
-  local topic, code = ARGV[p], tonumber(ARGV[p + 1])
-  if codes[topic] == nil then
-    local held = redis.call('HGET', M, '#n' .. topic)
-    if held then
-      codes[topic] = tonumber(held)
-      names[codes[topic]] = topic
-    end
-  end
-  if codes[topic] ~= code then
+  if held_code(ARGV[p]) ~= tonumber(ARGV[p + 1]) then
     return { 'stale' }
   end
 end

@@ -12,18 +12,32 @@ local function topic_name(code)
   return name
 end
 
-local function topic_code(name)
+-- The code the shard gave topic `name`, or nil when it gave none yet. `held` is
+-- the shard's '#n' .. name field when the caller read it already (false: absent).
+local function held_code(name, held)
   local code = codes[name]
   if code then
     return code
   end
-  code = redis.call('HGET', M, '#n' .. name)
-  if code then
-    code = tonumber(code)
-  else
-    code = redis.call('HINCRBY', M, '#last', 1)
-    redis.call('HSET', M, '#n' .. name, code, '#c' .. code, name)
+  if held == nil then
+    held = redis.call('HGET', M, '#n' .. name)
   end
+  if not held then
+    return nil
+  end
+  code = tonumber(held)
+  codes[name] = code
+  names[code] = name
+  return code
+end
+
+local function topic_code(name)
+  local code = held_code(name)
+  if code then
+    return code
+  end
+  code = redis.call('HINCRBY', M, '#last', 1)
+  redis.call('HSET', M, '#n' .. name, code, '#c' .. code, name)
   codes[name] = code
   names[code] = name
   return code
