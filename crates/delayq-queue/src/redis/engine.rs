@@ -138,12 +138,7 @@ impl Engine {
         let mut record = Vec::with_capacity(160);
         for (index, job) in jobs.iter().enumerate() {
             let code = codes.and_then(|codes| codes.jobs.get(index).copied());
-            match (arrival, reservation_deadline(job)) {
-                (Arrival::Restored, Some(deadline)) => {
-                    push_reserved_job_args(&mut invocation, job, deadline, code, &mut record)
-                }
-                _ => push_job_args(&mut invocation, job, now, code, &mut record),
-            }
+            push_job_args(&mut invocation, job, now, arrival, code, &mut record);
         }
         let reply = self.run(&invocation).await?;
         let parse = || -> Result<Option<Vec<bool>>, CodecError> {
@@ -209,7 +204,7 @@ impl Engine {
     pub(super) async fn replace(&self, job: &Job, now: Timestamp) -> QueueResult<Job> {
         let shard = self.shard_of(&job.id);
         let mut invocation = self.invocation(&self.scripts.replace, shard, now);
-        push_job_args(&mut invocation, job, now, None, &mut Vec::with_capacity(160));
+        push_job_args(&mut invocation, job, now, Arrival::New, None, &mut Vec::with_capacity(160));
         let reply = self.run(&invocation).await?;
         self.on_status(&job.id, reply, |items| {
             let record = reply::bytes(reply::next(items)?)?;
@@ -421,36 +416,31 @@ impl Engine {
     }
 }
 
+/// Where a job goes: the state it is scheduled in, its score (run_at when
+/// delayed; priority and run_at when ready; a restored reservation keeps its
+/// ttr deadline) and its ttl expiry (0 unless ready with a ttl).
+fn placement(job: &Job, now: Timestamp, arrival: Arrival) -> (JobState, u64, u64) {
+    if let (Arrival::Restored, Some(deadline)) = (arrival, reservation_deadline(job)) {
+        return (JobState::Reserved, deadline.as_millis().min(codec::LUA_MAX), 0);
+    }
+    match waiting_state(job.run_at, now) {
+        JobState::Ready => (JobState::Ready, codec::ready_score(job), codec::expiry_millis(job)),
+        state => (state, codec::due_millis(job), 0),
+    }
+}
+
 /// Appends one job as schedule.lua and replace.lua read it: id, topic,
-/// record (in its waiting state at `now`, with `topic_code` if known), score, expiry.
+/// record (placed at `now`, with `topic_code` if known), score, expiry.
 fn push_job_args(
     invocation: &mut ScriptInvocation<'_>,
     job: &Job,
     now: Timestamp,
+    arrival: Arrival,
     topic_code: Option<u64>,
     record: &mut Vec<u8>,
 ) {
-    let state = waiting_state(job.run_at, now);
+    let (state, score, expiry) = placement(job, now, arrival);
     record.clear();
     codec::encode_record(job, state, topic_code, record);
-    let (score, expiry) = match state {
-        JobState::Ready => (codec::ready_score(job), codec::expiry_millis(job)),
-        _ => (codec::due_millis(job), 0),
-    };
     invocation.arg(keys::encode_id(&job.id)).arg(job.topic.as_str()).arg(record.as_slice()).arg(score).arg(expiry);
-}
-
-/// Appends a job restored in state `reserved` as schedule.lua reads it: its
-/// timeline entry is the ttr deadline.
-fn push_reserved_job_args(
-    invocation: &mut ScriptInvocation<'_>,
-    job: &Job,
-    deadline: Timestamp,
-    topic_code: Option<u64>,
-    record: &mut Vec<u8>,
-) {
-    record.clear();
-    codec::encode_record(job, JobState::Reserved, topic_code, record);
-    let score = deadline.as_millis().min(codec::LUA_MAX);
-    invocation.arg(keys::encode_id(&job.id)).arg(job.topic.as_str()).arg(record.as_slice()).arg(score).arg(0);
 }
