@@ -6,7 +6,8 @@
 #   e.g. on-fresh-server.sh push --mode batch --repeats 3 --json w1-batch.json
 # Environment: DELAYQ_BIN (default target/release/delayq), BENCH_BIN (default
 # target/release/delayq-bench); any DELAYQ_* variable (e.g. DELAYQ_REDIS_URL) is
-# passed to the server. --server and --server-pid are filled in.
+# passed to the server. --server and --server-pid are filled in, and
+# DELAYQ_BENCH_GRPC_SERVER is set to the server's gRPC address (for push --transport grpc).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
@@ -31,6 +32,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 address="$(sed -n 's/.*delayq listening http=\([^ ]*\).*/\1/p' "$server_out")"
+grpc_address="$(sed -n 's/.*delayq listening .*grpc=\([^ ]*\).*/\1/p' "$server_out")"
 if [ -z "$address" ]; then
   echo "the server did not start:" >&2
   cat "$data_dir/server.err" >&2
@@ -39,4 +41,4 @@ fi
 
 workload="$1"
 shift
-"$bench_bin" "$workload" --server "http://$address" --server-pid "$server_pid" "$@"
+DELAYQ_BENCH_GRPC_SERVER="http://$grpc_address" "$bench_bin" "$workload" --server "http://$address" --server-pid "$server_pid" "$@"

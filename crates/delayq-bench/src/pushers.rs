@@ -1,17 +1,20 @@
 //! The producer side shared by every workload: pre-serialized push units sent by C
 //! slots, each a synchronous loop that pulls the next unit from a shared counter.
+//! Units travel as JSON over HTTP or as protobuf messages over gRPC.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use delayq_rpc::pb::v1::{PushBatchRequest, PushRequest};
 use tokio::task::JoinSet;
 
 use crate::body::{batch_payload, job_body, push_item, DueTime};
 use crate::client::BenchClient;
 use crate::clock::now_ms;
-use crate::error::BenchResult;
+use crate::error::{BenchError, BenchResult};
+use crate::grpc::{push_request, GrpcClient};
 
 /// How jobs travel to the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -23,9 +26,40 @@ pub(crate) enum PushMode {
     Batch,
 }
 
+/// Which face of the server the producers push to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Transport {
+    /// The REST API: `POST /push` and `POST /push/batch`, JSON.
+    Http,
+    /// The gRPC API: `Push` and `PushBatch`.
+    Grpc,
+}
+
+/// Where the producers send their units.
+#[derive(Clone)]
+pub(crate) enum Producer {
+    /// Over HTTP; takes units built for [`Transport::Http`].
+    Http(BenchClient),
+    /// Over gRPC; takes units built for [`Transport::Grpc`].
+    Grpc(GrpcClient),
+}
+
+/// A unit's request, ready to send.
+enum Payload {
+    /// A `/push` body.
+    Item(Bytes),
+    /// A `/push/batch` body.
+    Batch(Bytes),
+    /// A `Push` message.
+    Push(Box<PushRequest>),
+    /// A `PushBatch` message.
+    PushBatch(PushBatchRequest),
+}
+
 /// One request's worth of jobs, serialized before the clock starts.
 pub(crate) struct PushUnit {
-    payload: Bytes,
+    payload: Payload,
     job_count: usize,
     /// Due times to check against the clock just before sending (`pushed_late`); empty
     /// when the workload does not count late pushes.
@@ -43,7 +77,8 @@ pub(crate) struct JobSpec {
     pub(crate) body_due_ms: u64,
 }
 
-/// Serializes `jobs` (already in push order) into units of `batch` jobs (single mode: 1).
+/// Serializes `jobs` (already in push order) into units of `batch` jobs (single mode: 1),
+/// for `transport`.
 ///
 /// When `check_late` is set each unit keeps its jobs' `runAt` to count `pushed_late`.
 ///
@@ -56,17 +91,35 @@ pub(crate) fn build_units(
     mode: PushMode,
     batch: usize,
     check_late: bool,
+    transport: Transport,
 ) -> BenchResult<Vec<PushUnit>> {
     let per_unit = if mode == PushMode::Single { 1 } else { batch.max(1) };
     let mut units = Vec::with_capacity(jobs.len().div_ceil(per_unit));
     for chunk in jobs.chunks(per_unit) {
-        let mut items = Vec::with_capacity(chunk.len());
-        for job in chunk {
-            items.push(push_item(topic, job.due, &job_body(job.index, job.body_due_ms, body_bytes)?));
-        }
-        let payload = match mode {
-            PushMode::Single => Bytes::from(items.pop().unwrap_or_default()),
-            PushMode::Batch => batch_payload(items.iter().map(String::as_str)),
+        let payload = match transport {
+            Transport::Http => {
+                let mut items = Vec::with_capacity(chunk.len());
+                for job in chunk {
+                    items.push(push_item(topic, job.due, &job_body(job.index, job.body_due_ms, body_bytes)?));
+                }
+                match mode {
+                    PushMode::Single => Payload::Item(Bytes::from(items.pop().unwrap_or_default())),
+                    PushMode::Batch => Payload::Batch(batch_payload(items.iter().map(String::as_str))),
+                }
+            }
+            Transport::Grpc => {
+                let mut requests = Vec::with_capacity(chunk.len());
+                for job in chunk {
+                    requests.push(push_request(topic, job.due, job_body(job.index, job.body_due_ms, body_bytes)?));
+                }
+                match (mode, requests.pop()) {
+                    (PushMode::Single, Some(request)) => Payload::Push(Box::new(request)),
+                    (_, last) => {
+                        requests.extend(last);
+                        Payload::PushBatch(PushBatchRequest { jobs: requests })
+                    }
+                }
+            }
         };
         let due_ms = if check_late { chunk.iter().map(|job| run_at_of(job.due)).collect() } else { Vec::new() };
         units.push(PushUnit { payload, job_count: chunk.len(), due_ms });
@@ -112,20 +165,36 @@ impl PushStats {
     }
 }
 
+impl Producer {
+    /// Sends `unit`; returns how many of its jobs the server refused.
+    async fn send(&self, unit: &PushUnit) -> BenchResult<usize> {
+        match (self, &unit.payload) {
+            (Producer::Http(client), Payload::Item(payload)) => {
+                client.push(payload.clone()).await.map(|accepted| usize::from(!accepted))
+            }
+            (Producer::Http(client), Payload::Batch(payload)) => {
+                client.push_batch(payload.clone(), unit.job_count).await
+            }
+            (Producer::Grpc(client), Payload::Push(request)) => {
+                client.push(PushRequest::clone(request)).await.map(|accepted| usize::from(!accepted))
+            }
+            (Producer::Grpc(client), Payload::PushBatch(request)) => {
+                client.push_batch(request.clone(), unit.job_count).await
+            }
+            _ => Err(BenchError::Invalid("a push unit was built for the other transport".into())),
+        }
+    }
+}
+
 /// Sends every unit with `concurrency` slots in flight and waits for the last answer.
-pub(crate) async fn push_all(
-    client: &BenchClient,
-    units: Arc<Vec<PushUnit>>,
-    mode: PushMode,
-    concurrency: usize,
-) -> PushStats {
+pub(crate) async fn push_all(producer: &Producer, units: Arc<Vec<PushUnit>>, concurrency: usize) -> PushStats {
     let next_unit = Arc::new(AtomicUsize::new(0));
     let mut slots = JoinSet::new();
     for _ in 0..concurrency.max(1) {
-        let slot_client = client.clone();
+        let slot_producer = producer.clone();
         let slot_units = Arc::clone(&units);
         let slot_next = Arc::clone(&next_unit);
-        slots.spawn(async move { push_slot(&slot_client, &slot_units, &slot_next, mode).await });
+        slots.spawn(async move { push_slot(&slot_producer, &slot_units, &slot_next).await });
     }
     let mut total = PushStats::default();
     while let Some(joined) = slots.join_next().await {
@@ -137,7 +206,7 @@ pub(crate) async fn push_all(
     total
 }
 
-async fn push_slot(client: &BenchClient, units: &[PushUnit], next_unit: &AtomicUsize, mode: PushMode) -> PushStats {
+async fn push_slot(producer: &Producer, units: &[PushUnit], next_unit: &AtomicUsize) -> PushStats {
     let mut stats = PushStats { latencies_us: Vec::with_capacity(units.len() / 16 + 1), ..PushStats::default() };
     loop {
         let unit_index = next_unit.fetch_add(1, Ordering::Relaxed);
@@ -147,10 +216,7 @@ async fn push_slot(client: &BenchClient, units: &[PushUnit], next_unit: &AtomicU
             stats.pushed_late += unit.due_ms.iter().filter(|due_ms| **due_ms <= now).count() as u64;
         }
         let sent_at = Instant::now();
-        let outcome = match mode {
-            PushMode::Single => client.push(unit.payload.clone()).await.map(|accepted| usize::from(!accepted)),
-            PushMode::Batch => client.push_batch(unit.payload.clone(), unit.job_count).await,
-        };
+        let outcome = producer.send(unit).await;
         stats.latencies_us.push(sent_at.elapsed().as_micros() as u64);
         match outcome {
             Ok(refused) => stats.refused_jobs += refused as u64,
@@ -178,10 +244,13 @@ mod tests {
 
     #[test]
     fn batch_units_hold_up_to_batch_jobs() {
-        let Ok(units) = build_units("t", &jobs(5), 100, PushMode::Batch, 2, true) else { panic!("fits") };
+        let Ok(units) = build_units("t", &jobs(5), 100, PushMode::Batch, 2, true, Transport::Http) else {
+            panic!("fits")
+        };
         assert_eq!(units.iter().map(|unit| unit.job_count).collect::<Vec<_>>(), vec![2, 2, 1]);
         assert_eq!(units[1].due_ms, vec![1002, 1003]);
-        let Ok(payload) = serde_json::from_slice::<serde_json::Value>(&units[0].payload) else { panic!("json") };
+        let Payload::Batch(payload) = &units[0].payload else { panic!("a /push/batch body") };
+        let Ok(payload) = serde_json::from_slice::<serde_json::Value>(payload) else { panic!("json") };
         assert_eq!(payload["jobs"][1]["runAt"], 1001);
         let Some(body) = payload["jobs"][1]["body"].as_str() else { panic!("body is a string") };
         assert_eq!(body.len(), 100);
@@ -189,11 +258,50 @@ mod tests {
 
     #[test]
     fn single_units_are_one_push_each() {
-        let Ok(units) = build_units("t", &jobs(3), 100, PushMode::Single, 1000, false) else { panic!("fits") };
+        let Ok(units) = build_units("t", &jobs(3), 100, PushMode::Single, 1000, false, Transport::Http) else {
+            panic!("fits")
+        };
         assert_eq!(units.len(), 3);
         assert!(units[2].due_ms.is_empty());
-        let Ok(item) = serde_json::from_slice::<serde_json::Value>(&units[2].payload) else { panic!("json") };
+        let Payload::Item(item) = &units[2].payload else { panic!("a /push body") };
+        let Ok(item) = serde_json::from_slice::<serde_json::Value>(item) else { panic!("json") };
         assert_eq!(item["topic"], "t");
         assert!(item["body"].as_str().is_some_and(|body| body.starts_with("{\"i\":2,\"due\":1002,")));
+    }
+
+    #[test]
+    fn grpc_units_carry_the_same_jobs() {
+        let Ok(units) = build_units("t", &jobs(3), 100, PushMode::Batch, 2, false, Transport::Grpc) else {
+            panic!("fits")
+        };
+        assert_eq!(units.iter().map(|unit| unit.job_count).collect::<Vec<_>>(), vec![2, 1]);
+        let Payload::PushBatch(batch) = &units[0].payload else { panic!("a PushBatch message") };
+        assert_eq!(batch.jobs.len(), 2);
+        assert_eq!(
+            (batch.jobs[1].topic.as_str(), batch.jobs[1].run_at, batch.jobs[1].delay_ms),
+            ("t", Some(1001), None)
+        );
+        assert!(batch.jobs[1].body.as_ref().is_some_and(|body| body.len() == 100 && body.starts_with("{\"i\":1,")));
+        let Payload::PushBatch(last) = &units[1].payload else { panic!("a batch of one stays a batch") };
+        assert_eq!(last.jobs.len(), 1);
+
+        let delayed = [JobSpec { index: 7, due: DueTime::DelayMs(250), body_due_ms: 0 }];
+        let Ok(single) = build_units("t", &delayed, 100, PushMode::Single, 1000, false, Transport::Grpc) else {
+            panic!("fits")
+        };
+        let Payload::Push(push) = &single[0].payload else { panic!("a Push message") };
+        assert_eq!((push.delay_ms, push.run_at), (Some(250), None));
+    }
+
+    #[test]
+    fn a_unit_for_the_other_transport_is_an_error() {
+        let Ok(units) = build_units("t", &jobs(1), 100, PushMode::Single, 1, false, Transport::Grpc) else {
+            panic!("fits")
+        };
+        let Ok(client) = BenchClient::new("http://127.0.0.1:9", 1) else { panic!("client") };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let Ok(runtime) = runtime else { panic!("runtime") };
+        let outcome = runtime.block_on(Producer::Http(client).send(&units[0]));
+        assert!(matches!(outcome, Err(BenchError::Invalid(_))), "{outcome:?}");
     }
 }

@@ -12,7 +12,7 @@ use crate::client::BenchClient;
 use crate::clock::now_ms;
 use crate::consumers::{ConsumerPool, ReceiptLog};
 use crate::error::{BenchError, BenchResult};
-use crate::pushers::{build_units, push_all, JobSpec, PushMode};
+use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, Transport};
 use crate::report::Metrics;
 use crate::workload_lateness::ConsumerArgs;
 use crate::RunContext;
@@ -57,7 +57,8 @@ pub(crate) async fn run(args: &BurstArgs, context: &RunContext, topic: &str) -> 
     let jobs: Vec<JobSpec> = (0..args.n as u64)
         .map(|index| JobSpec { index, due: DueTime::RunAtMs(due_at_ms), body_due_ms: due_at_ms })
         .collect();
-    let units = Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Batch, args.batch, true)?);
+    let units =
+        Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Batch, args.batch, true, Transport::Http)?);
 
     let consumer_client =
         BenchClient::new(&context.server, args.consumers.concurrency + args.consumers.finish_slots())?;
@@ -69,7 +70,7 @@ pub(crate) async fn run(args: &BurstArgs, context: &RunContext, topic: &str) -> 
 
     let cpu_before = context.probes.cpu_snapshot().await;
     let push_start_ms = now_ms();
-    let push_stats = push_all(&producer_client, units, PushMode::Batch, args.batch_concurrency).await;
+    let push_stats = push_all(&Producer::Http(producer_client.clone()), units, args.batch_concurrency).await;
     let push_end_ms = now_ms();
     if push_end_ms >= due_at_ms {
         eprintln!("burst: the push ended {} ms after the due instant; raise --lead-ms", push_end_ms - due_at_ms);

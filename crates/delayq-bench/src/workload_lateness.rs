@@ -13,7 +13,7 @@ use crate::clock::now_ms;
 use crate::consumers::{ConsumerPool, ConsumerSettings, ReceiptLog};
 use crate::error::{BenchError, BenchResult};
 use crate::prng::shuffled_order;
-use crate::pushers::{build_units, push_all, JobSpec, PushMode};
+use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, Transport};
 use crate::report::Metrics;
 use crate::RunContext;
 
@@ -113,7 +113,8 @@ pub(crate) async fn run(args: &LatenessArgs, context: &RunContext, topic: &str) 
         .into_iter()
         .map(|index| JobSpec { index: index as u64, due: DueTime::RunAtMs(due_ms[index]), body_due_ms: due_ms[index] })
         .collect();
-    let units = Arc::new(build_units(topic, &jobs, args.body_bytes, args.push_mode, args.batch, true)?);
+    let units =
+        Arc::new(build_units(topic, &jobs, args.body_bytes, args.push_mode, args.batch, true, Transport::Http)?);
     let push_slots = args.push_concurrency.unwrap_or(match args.push_mode {
         PushMode::Single => 50,
         PushMode::Batch => 1,
@@ -128,7 +129,7 @@ pub(crate) async fn run(args: &LatenessArgs, context: &RunContext, topic: &str) 
     let pool = ConsumerPool::start(&consumer_client, &settings, Arc::clone(&log)).await?;
 
     let cpu_before = context.probes.cpu_snapshot().await;
-    let push_stats = push_all(&producer_client, units, args.push_mode, push_slots).await;
+    let push_stats = push_all(&Producer::Http(producer_client.clone()), units, push_slots).await;
     let push_end_ms = now_ms().saturating_sub(t0_ms);
     pool.wait_for_all(t0_ms + args.start_ms + args.window_ms + args.grace_ms).await;
     tokio::time::sleep(Duration::from_millis(args.consumers.duplicate_wait_ms)).await;

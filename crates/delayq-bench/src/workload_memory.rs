@@ -11,7 +11,7 @@ use crate::client::BenchClient;
 use crate::clock::now_ms;
 use crate::error::{BenchError, BenchResult};
 use crate::procstat::Probes;
-use crate::pushers::{build_units, push_all, JobSpec, PushMode};
+use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, Transport};
 use crate::report::Metrics;
 use crate::workload_push::{record_push_stats, record_throughput};
 use crate::RunContext;
@@ -72,7 +72,8 @@ pub(crate) async fn run(args: &MemoryArgs, context: &RunContext, topic: &str) ->
     let jobs: Vec<JobSpec> = (0..args.n as u64)
         .map(|index| JobSpec { index, due: DueTime::DelayMs(args.delay_ms), body_due_ms: 0 })
         .collect();
-    let units = Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Batch, args.batch, false)?);
+    let units =
+        Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Batch, args.batch, false, Transport::Http)?);
     let client = BenchClient::new(&context.server, args.batch_concurrency)?;
     client.open_connections(args.batch_concurrency).await?;
     client.warm_push(&format!("{topic}-warmup"), &job_body(0, 0, args.body_bytes)?).await?;
@@ -80,7 +81,7 @@ pub(crate) async fn run(args: &MemoryArgs, context: &RunContext, topic: &str) ->
     let before = MemoryReading::take(&context.probes).await;
     let cpu_before = context.probes.cpu_snapshot().await;
     let start_ms = now_ms();
-    let stats = push_all(&client, units, PushMode::Batch, args.batch_concurrency).await;
+    let stats = push_all(&Producer::Http(client.clone()), units, args.batch_concurrency).await;
     let end_ms = now_ms();
     tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
     let after = MemoryReading::take(&context.probes).await;

@@ -9,8 +9,9 @@ use crate::body::{job_body, DueTime};
 use crate::client::BenchClient;
 use crate::clock::now_ms;
 use crate::error::{BenchError, BenchResult};
+use crate::grpc::GrpcClient;
 use crate::prng::uniform_delays;
-use crate::pushers::{build_units, push_all, JobSpec, PushMode, PushStats};
+use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, PushStats, Transport};
 use crate::report::Metrics;
 use crate::RunContext;
 
@@ -44,6 +45,13 @@ pub(crate) struct PushArgs {
     /// mulberry32 seed of the delays.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u32,
+    /// `http`: the REST API; `grpc`: `Push` / `PushBatch` at `--grpc-server`, all
+    /// slots on one HTTP/2 connection. The warm-up and the validity check use HTTP.
+    #[arg(long, value_enum, default_value_t = Transport::Http)]
+    pub(crate) transport: Transport,
+    /// gRPC address of the server (`http://host:port`), for `--transport grpc`.
+    #[arg(long, env = "DELAYQ_BENCH_GRPC_SERVER")]
+    pub(crate) grpc_server: Option<String>,
 }
 
 impl PushArgs {
@@ -69,16 +77,27 @@ pub(crate) async fn run(args: &PushArgs, context: &RunContext, topic: &str) -> B
         .enumerate()
         .map(|(index, delay_ms)| JobSpec { index: index as u64, due: DueTime::DelayMs(*delay_ms), body_due_ms: 0 })
         .collect();
-    let units = Arc::new(build_units(topic, &jobs, args.body_bytes, args.mode, args.batch, false)?);
+    let units = Arc::new(build_units(topic, &jobs, args.body_bytes, args.mode, args.batch, false, args.transport)?);
     let request_count = units.len();
 
     let client = BenchClient::new(&context.server, args.slots())?;
-    client.open_connections(args.slots()).await?;
+    let producer = match (args.transport, &args.grpc_server) {
+        (Transport::Http, _) => {
+            client.open_connections(args.slots()).await?;
+            Producer::Http(client.clone())
+        }
+        (Transport::Grpc, Some(url)) => Producer::Grpc(GrpcClient::connect(url).await?),
+        (Transport::Grpc, None) => {
+            return Err(BenchError::Invalid(
+                "--transport grpc needs --grpc-server (or DELAYQ_BENCH_GRPC_SERVER)".into(),
+            ))
+        }
+    };
     client.warm_push(&format!("{topic}-warmup"), &job_body(0, 0, args.body_bytes)?).await?;
 
     let cpu_before = context.probes.cpu_snapshot().await;
     let start_ms = now_ms();
-    let stats = push_all(&client, units, args.mode, args.slots()).await;
+    let stats = push_all(&producer, units, args.slots()).await;
     let end_ms = now_ms();
     let cpu_after = context.probes.cpu_snapshot().await;
 
