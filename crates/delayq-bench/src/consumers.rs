@@ -11,9 +11,12 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::body::parse_body_fields;
+use delayq_rpc::pb::v1::PopRequest;
+
 use crate::client::{parse_popped, BenchClient, PoppedJob};
 use crate::clock::now_ms;
 use crate::error::BenchResult;
+use crate::grpc::GrpcClient;
 
 /// How long a slot backs off after a failed pop.
 const POP_ERROR_BACKOFF: Duration = Duration::from_millis(20);
@@ -148,11 +151,46 @@ impl ReceiptCounters {
     }
 }
 
+/// How consumers reach the server.
+#[derive(Clone)]
+pub(crate) enum Consumer {
+    /// `GET /pop` and `POST /finish` on a pool of HTTP/1.1 connections.
+    Http {
+        /// The pool, one connection per pop and finish slot.
+        client: BenchClient,
+        /// The full `/pop?topic=&count=&timeout=` URL.
+        pop_url: String,
+    },
+    /// `Pop` and `Finish` calls on one HTTP/2 connection.
+    Grpc {
+        /// The connection.
+        client: GrpcClient,
+        /// The `Pop` every slot sends.
+        pop: PopRequest,
+    },
+}
+
+impl Consumer {
+    async fn pop(&self) -> BenchResult<Vec<PoppedJob>> {
+        match self {
+            Consumer::Http { client, pop_url } => parse_popped(pop_url, &client.pop_raw(pop_url).await?),
+            Consumer::Grpc { client, pop } => client.pop(pop.clone()).await,
+        }
+    }
+
+    async fn finish(&self, job_id: String) -> BenchResult<bool> {
+        match self {
+            Consumer::Http { client, .. } => client.finish(&job_id).await,
+            Consumer::Grpc { client, .. } => client.finish(job_id).await,
+        }
+    }
+}
+
 /// How the consumers run.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct ConsumerSettings {
-    /// The full `/pop?topic=&count=&timeout=` URL.
-    pub(crate) pop_url: String,
+    /// How they reach the server.
+    pub(crate) consumer: Consumer,
     /// Concurrent pop slots.
     pub(crate) concurrency: usize,
     /// Concurrent finish slots.
@@ -176,24 +214,21 @@ impl ConsumerPool {
     ///
     /// # Errors
     /// Returns a failure of opening the connections.
-    pub(crate) async fn start(
-        client: &BenchClient,
-        settings: &ConsumerSettings,
-        log: Arc<ReceiptLog>,
-    ) -> BenchResult<ConsumerPool> {
-        client.open_connections(settings.concurrency + settings.finish_concurrency).await?;
+    pub(crate) async fn start(settings: &ConsumerSettings, log: Arc<ReceiptLog>) -> BenchResult<ConsumerPool> {
+        if let Consumer::Http { client, .. } = &settings.consumer {
+            client.open_connections(settings.concurrency + settings.finish_concurrency).await?;
+        }
         let mut finishers = JoinSet::new();
         let mut finish_queues = Vec::new();
         for _ in 0..settings.finish_concurrency.max(1) {
             let (sender, receiver) = unbounded_channel();
             finish_queues.push(sender);
-            finishers.spawn(finish_slot(client.clone(), receiver, Arc::clone(&log)));
+            finishers.spawn(finish_slot(settings.consumer.clone(), receiver, Arc::clone(&log)));
         }
         let mut consumers = JoinSet::new();
         for slot in 0..settings.concurrency.max(1) {
             let slot_context = ConsumerSlot {
-                client: client.clone(),
-                pop_url: settings.pop_url.clone(),
+                consumer: settings.consumer.clone(),
                 log: Arc::clone(&log),
                 finish_queues: finish_queues.clone(),
                 next_queue: slot,
@@ -237,8 +272,7 @@ async fn drain(tasks: &mut JoinSet<()>) {
 }
 
 struct ConsumerSlot {
-    client: BenchClient,
-    pop_url: String,
+    consumer: Consumer,
     log: Arc<ReceiptLog>,
     finish_queues: Vec<UnboundedSender<String>>,
     next_queue: usize,
@@ -248,12 +282,11 @@ impl ConsumerSlot {
     async fn run(mut self) {
         self.log.started_slots.fetch_add(1, Ordering::AcqRel);
         while !self.log.stopped.load(Ordering::Acquire) {
-            let answer = self.client.pop_raw(&self.pop_url).await;
+            let jobs = self.consumer.pop().await;
             let received_ms = now_ms();
             if self.log.stopped.load(Ordering::Acquire) {
                 break;
             }
-            let jobs = answer.and_then(|answer| parse_popped(&self.pop_url, &answer));
             let Ok(jobs) = jobs else {
                 self.log.pop_errors.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(POP_ERROR_BACKOFF).await;
@@ -277,9 +310,9 @@ impl ConsumerSlot {
     }
 }
 
-async fn finish_slot(client: BenchClient, mut queue: UnboundedReceiver<String>, log: Arc<ReceiptLog>) {
+async fn finish_slot(consumer: Consumer, mut queue: UnboundedReceiver<String>, log: Arc<ReceiptLog>) {
     while let Some(job_id) = queue.recv().await {
-        match client.finish(&job_id).await {
+        match consumer.finish(job_id).await {
             Ok(true) => {
                 log.finished.fetch_add(1, Ordering::Relaxed);
                 log.last_finish_ms.fetch_max(now_ms(), Ordering::Relaxed);

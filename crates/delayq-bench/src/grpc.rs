@@ -1,18 +1,19 @@
-//! The gRPC client of the producers: `Push` and `PushBatch` of
-//! `delayq.v1.DelayQueueService` over one HTTP/2 connection that every slot
-//! shares (tonic multiplexes the slots' calls on it, as a gRPC client
-//! application would).
+//! The gRPC client of the workloads: `Push`, `PushBatch`, `Pop` and `Finish` of
+//! `delayq.v1.DelayQueueService`, each client one HTTP/2 connection that every
+//! slot using it shares (tonic multiplexes the slots' calls on it, as a gRPC
+//! client application would).
 //!
 //! The messages are built before the clock starts, like the HTTP bodies; a
 //! slot clones its unit's message to send it, which is part of the client's
 //! CPU the workloads report.
 
 use delayq_rpc::pb::v1::delay_queue_service_client::DelayQueueServiceClient;
-use delayq_rpc::pb::v1::{push_batch_item, PushBatchRequest, PushRequest};
+use delayq_rpc::pb::v1::{push_batch_item, FinishRequest, PopRequest, PushBatchRequest, PushRequest};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
 use crate::body::DueTime;
+use crate::client::PoppedJob;
 use crate::error::{BenchError, BenchResult};
 
 /// A delayq server reached over gRPC.
@@ -70,6 +71,32 @@ impl GrpcClient {
         Ok(reply.items.iter().filter(|item| !matches!(item.outcome, Some(push_batch_item::Outcome::Pushed(_)))).count())
     }
 
+    /// Reserves jobs as `request` asks (a long-poll when it has a timeout).
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`] when the call failed.
+    pub(crate) async fn pop(&self, request: PopRequest) -> BenchResult<Vec<PoppedJob>> {
+        let reply = self.client.clone().pop(request).await.map_err(|status| self.failed(status))?;
+        Ok(reply
+            .into_inner()
+            .jobs
+            .into_iter()
+            .map(|job| PoppedJob { id: job.id, run_at_ms: u64::try_from(job.run_at).unwrap_or(0), body: job.body })
+            .collect())
+    }
+
+    /// Finishes a reserved job; `Ok(false)` when the server refused.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`] when the call itself failed.
+    pub(crate) async fn finish(&self, job_id: String) -> BenchResult<bool> {
+        match self.client.clone().finish(FinishRequest { id: job_id, result: None }).await {
+            Ok(_) => Ok(true),
+            Err(status) if is_refusal(status.code()) => Ok(false),
+            Err(status) => Err(self.failed(status)),
+        }
+    }
+
     fn failed(&self, status: tonic::Status) -> BenchError {
         BenchError::Http { url: self.url.clone(), source: Box::new(status) }
     }
@@ -110,9 +137,10 @@ mod tests {
 
     use super::*;
 
-    /// Pushes over gRPC to the real service (memory scheduler, SQLite store).
+    /// Pushes, pops and finishes over gRPC against the real service (memory
+    /// scheduler, SQLite store, the timer running).
     #[tokio::test]
-    async fn pushes_and_batches_reach_the_service_and_refusals_are_counted() {
+    async fn calls_reach_the_service_and_refusals_are_counted() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = SqliteStore::open_in(dir.path(), "bench-test".into()).await.expect("open the store");
         let queue = Arc::new(DelayQueue::new(
@@ -124,6 +152,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("address"));
         let stop = CancellationToken::new();
+        let timer = tokio::spawn(delayq_queue::run_timer(Arc::clone(&queue), stop.clone()));
         let server = tokio::spawn(delayq_rpc::serve(
             listener,
             Arc::clone(&queue),
@@ -145,7 +174,17 @@ mod tests {
         let topic = Topic::parse("bench-grpc").expect("topic");
         let delayed = stats.live.iter().find(|counts| counts.topic == topic).map(|counts| counts.delay);
         assert_eq!(delayed, Some(4), "{stats:?}");
+
+        assert!(client.push(push_request("bench-due", DueTime::DelayMs(0), body())).await.expect("push"));
+        let pop = PopRequest { topic: "bench-due".into(), count: Some(10), timeout_ms: Some(5_000) };
+        let popped = client.pop(pop).await.expect("pop");
+        assert_eq!(popped.len(), 1, "the due job, and only it");
+        assert_eq!(popped[0].body, body());
+        assert!(popped[0].run_at_ms > 0);
+        assert!(client.finish(popped[0].id.clone()).await.expect("finish"));
+        assert!(!client.finish(popped[0].id.clone()).await.expect("answered"), "a finished job is refused");
         stop.cancel();
         let _ = server.await;
+        let _ = timer.await;
     }
 }

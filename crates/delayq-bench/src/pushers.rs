@@ -36,6 +36,49 @@ pub(crate) enum Transport {
     Grpc,
 }
 
+/// How a workload reaches the server.
+#[derive(clap::Args, Clone, Debug, serde::Serialize)]
+pub(crate) struct TransportArgs {
+    /// `http`: the REST API; `grpc`: the gRPC API at `--grpc-server`, pushes on one
+    /// HTTP/2 connection and consumers on another. Warm-ups and checks stay on HTTP.
+    #[arg(long, value_enum, default_value_t = Transport::Http)]
+    pub(crate) transport: Transport,
+    /// gRPC address of the server (`http://host:port`), for `--transport grpc`.
+    #[arg(long, env = "DELAYQ_BENCH_GRPC_SERVER")]
+    pub(crate) grpc_server: Option<String>,
+}
+
+impl TransportArgs {
+    /// Returns a new gRPC connection for `--transport grpc`, `None` for HTTP.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Invalid`] without `--grpc-server`, or a failure to connect.
+    pub(crate) async fn grpc_client(&self) -> BenchResult<Option<GrpcClient>> {
+        match (self.transport, &self.grpc_server) {
+            (Transport::Http, _) => Ok(None),
+            (Transport::Grpc, Some(url)) => Ok(Some(GrpcClient::connect(url).await?)),
+            (Transport::Grpc, None) => {
+                Err(BenchError::Invalid("--transport grpc needs --grpc-server (or DELAYQ_BENCH_GRPC_SERVER)".into()))
+            }
+        }
+    }
+
+    /// Returns the producer of `slots` slots: `http` with its connections open, or a
+    /// new gRPC connection.
+    ///
+    /// # Errors
+    /// As [`TransportArgs::grpc_client`], or a failure to open the HTTP connections.
+    pub(crate) async fn producer(&self, http: &BenchClient, slots: usize) -> BenchResult<Producer> {
+        match self.grpc_client().await? {
+            Some(client) => Ok(Producer::Grpc(client)),
+            None => {
+                http.open_connections(slots).await?;
+                Ok(Producer::Http(http.clone()))
+            }
+        }
+    }
+}
+
 /// Where the producers send their units.
 #[derive(Clone)]
 pub(crate) enum Producer {

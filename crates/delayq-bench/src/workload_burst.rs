@@ -12,7 +12,7 @@ use crate::client::BenchClient;
 use crate::clock::now_ms;
 use crate::consumers::{ConsumerPool, ReceiptLog};
 use crate::error::{BenchError, BenchResult};
-use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, Transport};
+use crate::pushers::{build_units, push_all, JobSpec, PushMode, TransportArgs};
 use crate::report::Metrics;
 use crate::workload_lateness::ConsumerArgs;
 use crate::RunContext;
@@ -42,6 +42,10 @@ pub(crate) struct BurstArgs {
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) consumers: ConsumerArgs,
+    /// HTTP or gRPC, for the pushes and the consumers.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) transport: TransportArgs,
 }
 
 /// Runs workload 4 once on `topic`.
@@ -57,20 +61,25 @@ pub(crate) async fn run(args: &BurstArgs, context: &RunContext, topic: &str) -> 
     let jobs: Vec<JobSpec> = (0..args.n as u64)
         .map(|index| JobSpec { index, due: DueTime::RunAtMs(due_at_ms), body_due_ms: due_at_ms })
         .collect();
-    let units =
-        Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Batch, args.batch, true, Transport::Http)?);
+    let units = Arc::new(build_units(
+        topic,
+        &jobs,
+        args.body_bytes,
+        PushMode::Batch,
+        args.batch,
+        true,
+        args.transport.transport,
+    )?);
 
-    let consumer_client =
-        BenchClient::new(&context.server, args.consumers.concurrency + args.consumers.finish_slots())?;
     let producer_client = BenchClient::new(&context.server, args.batch_concurrency)?;
-    producer_client.open_connections(args.batch_concurrency).await?;
+    let producer = args.transport.producer(&producer_client, args.batch_concurrency).await?;
     let log = Arc::new(ReceiptLog::new(vec![due_at_ms; args.n]));
-    let settings = args.consumers.settings(&consumer_client, topic);
-    let pool = ConsumerPool::start(&consumer_client, &settings, Arc::clone(&log)).await?;
+    let settings = args.consumers.settings(&args.transport, &context.server, topic).await?;
+    let pool = ConsumerPool::start(&settings, Arc::clone(&log)).await?;
 
     let cpu_before = context.probes.cpu_snapshot().await;
     let push_start_ms = now_ms();
-    let push_stats = push_all(&Producer::Http(producer_client.clone()), units, args.batch_concurrency).await;
+    let push_stats = push_all(&producer, units, args.batch_concurrency).await;
     let push_end_ms = now_ms();
     if push_end_ms >= due_at_ms {
         eprintln!("burst: the push ended {} ms after the due instant; raise --lead-ms", push_end_ms - due_at_ms);

@@ -5,15 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use delayq_rpc::pb::v1::PopRequest;
 use serde::Serialize;
 
 use crate::body::DueTime;
 use crate::client::BenchClient;
 use crate::clock::now_ms;
-use crate::consumers::{ConsumerPool, ConsumerSettings, ReceiptLog};
+use crate::consumers::{Consumer, ConsumerPool, ConsumerSettings, ReceiptLog};
 use crate::error::{BenchError, BenchResult};
 use crate::prng::shuffled_order;
-use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, Transport};
+use crate::pushers::{build_units, push_all, JobSpec, PushMode, TransportArgs};
 use crate::report::Metrics;
 use crate::RunContext;
 
@@ -47,17 +48,39 @@ impl ConsumerArgs {
         self.finish_concurrency.unwrap_or(self.concurrency)
     }
 
-    /// Returns the consumer settings for `topic` on `client`'s server.
-    pub(crate) fn settings(&self, client: &BenchClient, topic: &str) -> ConsumerSettings {
-        let pop_url =
-            client.url(&format!("/pop?topic={topic}&count={}&timeout={}", self.pop_count, self.pop_timeout_ms));
-        ConsumerSettings {
-            pop_url,
+    /// Returns the consumer settings for `topic` on `server`, reached over `transport`.
+    ///
+    /// # Errors
+    /// As [`TransportArgs::grpc_client`], or an unusable server URL.
+    pub(crate) async fn settings(
+        &self,
+        transport: &TransportArgs,
+        server: &str,
+        topic: &str,
+    ) -> BenchResult<ConsumerSettings> {
+        let consumer = match transport.grpc_client().await? {
+            Some(client) => {
+                let pop = PopRequest {
+                    topic: topic.to_owned(),
+                    count: Some(self.pop_count as i64),
+                    timeout_ms: Some(self.pop_timeout_ms as i64),
+                };
+                Consumer::Grpc { client, pop }
+            }
+            None => {
+                let client = BenchClient::new(server, self.concurrency + self.finish_slots())?;
+                let pop_url =
+                    client.url(&format!("/pop?topic={topic}&count={}&timeout={}", self.pop_count, self.pop_timeout_ms));
+                Consumer::Http { client, pop_url }
+            }
+        };
+        Ok(ConsumerSettings {
+            consumer,
             concurrency: self.concurrency,
             finish_concurrency: self.finish_slots(),
             pop_timeout_ms: self.pop_timeout_ms,
             settle_ms: self.settle_ms,
-        }
+        })
     }
 }
 
@@ -95,6 +118,10 @@ pub(crate) struct LatenessArgs {
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) consumers: ConsumerArgs,
+    /// HTTP or gRPC, for the pushes and the consumers.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) transport: TransportArgs,
 }
 
 /// Runs workload 2 once on `topic`.
@@ -113,23 +140,27 @@ pub(crate) async fn run(args: &LatenessArgs, context: &RunContext, topic: &str) 
         .into_iter()
         .map(|index| JobSpec { index: index as u64, due: DueTime::RunAtMs(due_ms[index]), body_due_ms: due_ms[index] })
         .collect();
-    let units =
-        Arc::new(build_units(topic, &jobs, args.body_bytes, args.push_mode, args.batch, true, Transport::Http)?);
+    let units = Arc::new(build_units(
+        topic,
+        &jobs,
+        args.body_bytes,
+        args.push_mode,
+        args.batch,
+        true,
+        args.transport.transport,
+    )?);
     let push_slots = args.push_concurrency.unwrap_or(match args.push_mode {
         PushMode::Single => 50,
         PushMode::Batch => 1,
     });
 
-    let consumer_client =
-        BenchClient::new(&context.server, args.consumers.concurrency + args.consumers.finish_slots())?;
-    let producer_client = BenchClient::new(&context.server, push_slots)?;
-    producer_client.open_connections(push_slots).await?;
+    let producer = args.transport.producer(&BenchClient::new(&context.server, push_slots)?, push_slots).await?;
     let log = Arc::new(ReceiptLog::new(due_ms));
-    let settings = args.consumers.settings(&consumer_client, topic);
-    let pool = ConsumerPool::start(&consumer_client, &settings, Arc::clone(&log)).await?;
+    let settings = args.consumers.settings(&args.transport, &context.server, topic).await?;
+    let pool = ConsumerPool::start(&settings, Arc::clone(&log)).await?;
 
     let cpu_before = context.probes.cpu_snapshot().await;
-    let push_stats = push_all(&Producer::Http(producer_client.clone()), units, push_slots).await;
+    let push_stats = push_all(&producer, units, push_slots).await;
     let push_end_ms = now_ms().saturating_sub(t0_ms);
     pool.wait_for_all(t0_ms + args.start_ms + args.window_ms + args.grace_ms).await;
     tokio::time::sleep(Duration::from_millis(args.consumers.duplicate_wait_ms)).await;

@@ -9,9 +9,8 @@ use crate::body::{job_body, DueTime};
 use crate::client::BenchClient;
 use crate::clock::now_ms;
 use crate::error::{BenchError, BenchResult};
-use crate::grpc::GrpcClient;
 use crate::prng::uniform_delays;
-use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, PushStats, Transport};
+use crate::pushers::{build_units, push_all, JobSpec, PushMode, PushStats, TransportArgs};
 use crate::report::Metrics;
 use crate::RunContext;
 
@@ -45,13 +44,10 @@ pub(crate) struct PushArgs {
     /// mulberry32 seed of the delays.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u32,
-    /// `http`: the REST API; `grpc`: `Push` / `PushBatch` at `--grpc-server`, all
-    /// slots on one HTTP/2 connection. The warm-up and the validity check use HTTP.
-    #[arg(long, value_enum, default_value_t = Transport::Http)]
-    pub(crate) transport: Transport,
-    /// gRPC address of the server (`http://host:port`), for `--transport grpc`.
-    #[arg(long, env = "DELAYQ_BENCH_GRPC_SERVER")]
-    pub(crate) grpc_server: Option<String>,
+    /// HTTP or gRPC.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) transport: TransportArgs,
 }
 
 impl PushArgs {
@@ -77,22 +73,12 @@ pub(crate) async fn run(args: &PushArgs, context: &RunContext, topic: &str) -> B
         .enumerate()
         .map(|(index, delay_ms)| JobSpec { index: index as u64, due: DueTime::DelayMs(*delay_ms), body_due_ms: 0 })
         .collect();
-    let units = Arc::new(build_units(topic, &jobs, args.body_bytes, args.mode, args.batch, false, args.transport)?);
+    let units =
+        Arc::new(build_units(topic, &jobs, args.body_bytes, args.mode, args.batch, false, args.transport.transport)?);
     let request_count = units.len();
 
     let client = BenchClient::new(&context.server, args.slots())?;
-    let producer = match (args.transport, &args.grpc_server) {
-        (Transport::Http, _) => {
-            client.open_connections(args.slots()).await?;
-            Producer::Http(client.clone())
-        }
-        (Transport::Grpc, Some(url)) => Producer::Grpc(GrpcClient::connect(url).await?),
-        (Transport::Grpc, None) => {
-            return Err(BenchError::Invalid(
-                "--transport grpc needs --grpc-server (or DELAYQ_BENCH_GRPC_SERVER)".into(),
-            ))
-        }
-    };
+    let producer = args.transport.producer(&client, args.slots()).await?;
     client.warm_push(&format!("{topic}-warmup"), &job_body(0, 0, args.body_bytes)?).await?;
 
     let cpu_before = context.probes.cpu_snapshot().await;
