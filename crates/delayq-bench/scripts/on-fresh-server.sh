@@ -7,7 +7,7 @@
 # Environment: DELAYQ_BIN (default target/release/delayq), BENCH_BIN (default
 # target/release/delayq-bench); any DELAYQ_* variable (e.g. DELAYQ_REDIS_URL) is
 # passed to the server. --server and --server-pid are filled in, and
-# DELAYQ_BENCH_GRPC_SERVER is set to the server's gRPC address (for push --transport grpc).
+# DELAYQ_BENCH_GRPC_SERVER is set to the server's gRPC address (for --transport grpc).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../../.." && pwd)"

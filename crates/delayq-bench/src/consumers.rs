@@ -1,18 +1,17 @@
-//! The consumer side of the lateness and burst workloads: C long-polling `/pop` slots
-//! that stamp each receipt at once and hand the ack to a small pool of finishers, so
+//! The consumer side of the lateness and burst workloads: C long-polling pop slots
+//! (`/pop` or gRPC `Pop`) that stamp each receipt at once and hand the ack to a small pool of finishers, so
 //! acknowledging never delays the next pop.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use delayq_rpc::pb::v1::PopRequest;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::body::parse_body_fields;
-use delayq_rpc::pb::v1::PopRequest;
-
 use crate::client::{parse_popped, BenchClient, PoppedJob};
 use crate::clock::now_ms;
 use crate::error::BenchResult;

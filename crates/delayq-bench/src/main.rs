@@ -1,6 +1,6 @@
 //! `delayq-bench`: a load generator that runs the workloads of `bench/WORKLOADS.md`
-//! against a running delayq server over HTTP (W1 also over gRPC), so delayq's
-//! numbers sit in one table with the peers'.
+//! against a running delayq server over HTTP (W1, W2 and W4 also over gRPC), so
+//! delayq's numbers sit in one table with the peers'.
 //!
 //! Must not: start or stop the server, or change any job but the ones it pushes (except
 //! with `--clear`, which calls `/clearAll`).
@@ -12,7 +12,7 @@
 //! - `consumers`: long-polling receive slots, receipts and the finishers.
 //! - `workload_push`, `workload_lateness`, `workload_memory`, `workload_burst`: one per workload;
 //!   `workload_ceiling`: the Redis-only baseline the push numbers are divided by.
-//! - `client`: the HTTP client; `grpc`: the gRPC producer; `procstat`: `/proc` and Redis `INFO` readings.
+//! - `client`: the HTTP client; `grpc`: the gRPC client; `procstat`: `/proc` and Redis `INFO` readings.
 //! - `report`: percentiles, tables, the median (min–max) summary and the JSON file.
 
 mod body;

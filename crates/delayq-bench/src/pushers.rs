@@ -26,13 +26,13 @@ pub(crate) enum PushMode {
     Batch,
 }
 
-/// Which face of the server the producers push to.
+/// Which face of the server a workload uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Transport {
-    /// The REST API: `POST /push` and `POST /push/batch`, JSON.
+    /// The REST API: `/push`, `/push/batch`, `/pop` and `/finish`, JSON.
     Http,
-    /// The gRPC API: `Push` and `PushBatch`.
+    /// The gRPC API: `Push`, `PushBatch`, `Pop` and `Finish`.
     Grpc,
 }
 
