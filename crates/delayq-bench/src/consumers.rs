@@ -1,6 +1,6 @@
 //! The consumer side of the lateness and burst workloads: C long-polling pop slots
-//! (`/pop` or gRPC `Pop`) that stamp each receipt at once and hand the ack to a small pool of finishers, so
-//! acknowledging never delays the next pop.
+//! (`/pop` or gRPC `Pop`) that stamp each receipt at once and hand the ack to a
+//! small pool of finishers, so acknowledging never delays the next pop.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
