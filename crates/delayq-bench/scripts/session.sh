@@ -2,10 +2,9 @@
 # Runs the README's benchmark session: three interleaved repetitions of the Redis
 # ceiling (pipeline 1 and 64), W1 /push and /push/batch on Redis with the store on
 # SQLite, W1 /push/batch with the store on MariaDB, and W2 on Redis; then W1 and W2
-# on the embedded server, W1 over gRPC on Redis (single and batch, once each), W3 and W4
-# on Redis. Every server is fresh and every Redis
-# and MariaDB database emptied before its run (the Redis is FLUSHALLed: use one
-# that holds nothing else).
+# on the embedded server; W1 (single and batch) and W2 over gRPC on Redis, once each;
+# W3 and W4 on Redis. Every server is fresh and every Redis and MariaDB database
+# emptied before its run (the Redis is FLUSHALLed: use one that holds nothing else).
 #
 # Usage: session.sh [OUT_DIR]   (default ./bench-session; one .json and .txt per run)
 # Environment: REDIS_URL (default redis://127.0.0.1:6379), MYSQL_URL (default
@@ -59,6 +58,7 @@ run embedded-push-batch "$S" push --mode batch
 run embedded-lateness "$S" lateness
 flush_redis; run grpc-push-single env DELAYQ_REDIS_URL="$R" "$S" push --mode single --transport grpc --redis-url "$R"
 flush_redis; run grpc-push-batch env DELAYQ_REDIS_URL="$R" "$S" push --mode batch --transport grpc --redis-url "$R"
+flush_redis; run grpc-lateness env DELAYQ_REDIS_URL="$R" "$S" lateness --transport grpc --redis-url "$R"
 flush_redis; run memory env DELAYQ_REDIS_URL="$R" "$S" memory --redis-url "$R"
 flush_redis; run memory-1m env DELAYQ_REDIS_URL="$R" "$S" memory --n 1000000 --redis-url "$R"
 flush_redis; run burst env DELAYQ_REDIS_URL="$R" "$S" burst --redis-url "$R"
