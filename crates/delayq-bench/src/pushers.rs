@@ -155,12 +155,9 @@ pub(crate) fn build_units(
                 for job in chunk {
                     requests.push(push_request(topic, job.due, job_body(job.index, job.body_due_ms, body_bytes)?));
                 }
-                match (mode, requests.pop()) {
-                    (PushMode::Single, Some(request)) => Payload::Push(Box::new(request)),
-                    (_, last) => {
-                        requests.extend(last);
-                        Payload::PushBatch(PushBatchRequest { jobs: requests })
-                    }
+                match mode {
+                    PushMode::Single => Payload::Push(Box::new(requests.pop().unwrap_or_default())),
+                    PushMode::Batch => Payload::PushBatch(PushBatchRequest { jobs: requests }),
                 }
             }
         };
