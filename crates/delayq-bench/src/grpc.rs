@@ -44,11 +44,7 @@ impl GrpcClient {
     /// # Errors
     /// Returns [`BenchError::Http`] when the call itself failed.
     pub(crate) async fn push(&self, request: PushRequest) -> BenchResult<bool> {
-        match self.client.clone().push(request).await {
-            Ok(_) => Ok(true),
-            Err(status) if is_refusal(status.code()) => Ok(false),
-            Err(status) => Err(self.failed(status)),
-        }
+        self.accepted(self.client.clone().push(request).await)
     }
 
     /// Pushes a batch of `job_count` jobs; returns how many were refused.
@@ -90,7 +86,12 @@ impl GrpcClient {
     /// # Errors
     /// Returns [`BenchError::Http`] when the call itself failed.
     pub(crate) async fn finish(&self, job_id: String) -> BenchResult<bool> {
-        match self.client.clone().finish(FinishRequest { id: job_id, result: None }).await {
+        self.accepted(self.client.clone().finish(FinishRequest { id: job_id, result: None }).await)
+    }
+
+    /// `Ok(true)` for an answer, `Ok(false)` for a refusal, else the call's failure.
+    fn accepted<T>(&self, outcome: Result<T, tonic::Status>) -> BenchResult<bool> {
+        match outcome {
             Ok(_) => Ok(true),
             Err(status) if is_refusal(status.code()) => Ok(false),
             Err(status) => Err(self.failed(status)),
