@@ -96,6 +96,9 @@ impl Config {
         if self.server.http_addr.parse::<std::net::SocketAddr>().is_err() {
             return invalid("server.http_addr", format!("must be host:port, got {:?}", self.server.http_addr));
         }
+        if self.server.worker_threads == Some(0) {
+            return invalid("server.worker_threads", "must be at least 1".to_owned());
+        }
         if self.server.grpc_addr != "off" && self.server.grpc_addr.parse::<std::net::SocketAddr>().is_err() {
             return invalid("server.grpc_addr", format!("must be host:port or off, got {:?}", self.server.grpc_addr));
         }
@@ -225,6 +228,21 @@ mod tests {
             assert!(error.to_string().contains("scheduler.redis_shards"), "{error}");
             jail.set_env("DELAYQ_SCHEDULER__REDIS_SHARDS", "4");
             assert_eq!(Config::load(None).expect("valid").scheduler.redis_shards, Some(4));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn worker_threads_default_to_one_fewer_than_the_cores_and_zero_is_refused() {
+        Jail::expect_with(|jail| {
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+            let config = Config::load(None).expect("defaults are valid");
+            assert_eq!(config.server.worker_threads(), cores.saturating_sub(1).max(1));
+            jail.set_env("DELAYQ_SERVER__WORKER_THREADS", "0");
+            let error = Config::load(None).expect_err("no threads");
+            assert!(error.to_string().contains("server.worker_threads"), "{error}");
+            jail.set_env("DELAYQ_SERVER__WORKER_THREADS", "3");
+            assert_eq!(Config::load(None).expect("valid").server.worker_threads(), 3);
             Ok(())
         });
     }

@@ -21,9 +21,12 @@ mod leader;
 mod node;
 mod serve;
 
+use std::future::Future;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Parser;
+use delayq_config::Config;
 
 use crate::cli::{Cli, Command};
 
@@ -34,20 +37,14 @@ use crate::cli::{Cli, Command};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("delayq: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+    let outcome = match Cli::parse().command {
+        // The server's configuration is read before its runtime starts: it sizes the runtime.
+        Command::Serve(args) => match Config::load(args.config.as_deref()) {
+            Ok(config) => run(Some(config.server.worker_threads()), serve::run(config)),
+            Err(error) => Err(error.into()),
+        },
+        Command::Client(command) => run(None, client::run(command)),
     };
-    let outcome = runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => serve::run(args).await,
-            Command::Client(command) => client::run(command).await,
-        }
-    });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -55,4 +52,15 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs `task` to its end on a multi-threaded runtime of `workers` threads
+/// (`None`: one per core).
+fn run(workers: Option<usize>, task: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    let runtime = builder.enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(task)
 }

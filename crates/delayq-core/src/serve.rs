@@ -21,12 +21,10 @@ use tracing::{debug, info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::backends::{build_leadership, build_scheduler, build_store};
-use crate::cli::ServeArgs;
 use crate::node::NodeIdentity;
 use crate::{forward, leader};
 
-pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let config = Config::load(args.config.as_deref())?;
+pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     install_tracing();
     let metrics = install_metrics()?;
     let node = NodeIdentity::resolve(config.server.node_id.as_deref());
