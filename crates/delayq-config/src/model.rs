@@ -96,10 +96,10 @@ impl ServerConfig {
     /// Returns how many threads serve requests: the configured number, else
     /// one fewer than the machine's cores (at least one).
     ///
-    /// The store keeps a core of its own busy: its writer and its database
-    /// connection each run on a thread outside the request threads. With as
-    /// many request threads as cores, they took turns with those two on every
-    /// commit; on two cores, one request thread served `/push`,
+    /// The store keeps a core of its own busy: its writer runs on a thread
+    /// outside the request threads, and on SQLite so does its database
+    /// connection. With as many request threads as cores, they took turns
+    /// with those on every commit; on two cores, one request thread served `/push`,
     /// `/push/batch` and the lateness workload with less CPU per job in 18 of
     /// 19 paired runs.
     pub fn worker_threads(&self) -> usize {
