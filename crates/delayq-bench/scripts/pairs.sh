@@ -7,12 +7,13 @@
 #   e.g. DELAYQ_REDIS_URL=redis://127.0.0.1:6379 \
 #        pairs.sh /tmp/before /tmp/after 3 push --mode batch --redis-url redis://127.0.0.1:6379
 # Each directory holds a `delayq` and a `delayq-bench` binary. With DELAYQ_REDIS_URL set
-# (a standalone Redis), it is emptied (FLUSHALL) before every run. Prints one line per run with the
-# throughput, lateness and CPU figures the workload reports, then the medians per build.
+# (a standalone Redis), it is emptied (FLUSHALL) before every run. Prints one line per
+# run with the throughput, lateness and CPU figures the workload reports, then the
+# medians per build; a failed run stops the comparison with its output.
 set -euo pipefail
 
 if [ $# -lt 4 ]; then
-  sed -n '2,11p' "$0" >&2
+  sed -n '2,12p' "$0" >&2
   exit 2
 fi
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
@@ -34,8 +35,13 @@ for pair in $(seq 1 "$pairs"); do
     if [ -n "${DELAYQ_REDIS_URL:-}" ]; then
       redis-cli -u "${DELAYQ_REDIS_URL%%,*}" flushall >/dev/null
     fi
-    line="$(DELAYQ_BIN="$dir/delayq" BENCH_BIN="$dir/delayq-bench" "$root/crates/delayq-bench/scripts/on-fresh-server.sh" "$@" 2>&1 \
-      | grep -E "$fields" | awk '{printf "%s=%s ", $1, $2}')"
+    if ! output="$(DELAYQ_BIN="$dir/delayq" BENCH_BIN="$dir/delayq-bench" \
+      "$root/crates/delayq-bench/scripts/on-fresh-server.sh" "$@" 2>&1)"; then
+      echo "pair $pair $dir: the run failed:" >&2
+      echo "$output" >&2
+      exit 1
+    fi
+    line="$(echo "$output" | grep -E "$fields" | awk '{printf "%s=%s ", $1, $2}')"
     echo "pair $pair $dir: $line"
     echo "$dir $line" >>"$results"
   done
