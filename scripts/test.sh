@@ -39,6 +39,7 @@ apt_install() { # apt_install <command-or-path> <package>
 
 ensure_redis() {
   apt_install redis-server redis-server
+  apt_install redis-benchmark redis-tools # the benchmark tool's ceiling runs it
   if ! redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; then
     log "starting redis on $REDIS_PORT"
     mkdir -p /var/lib/redis /var/log/redis

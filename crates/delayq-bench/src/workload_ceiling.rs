@@ -4,13 +4,26 @@
 //! same machine in the same session, so the ratio holds when the machine's
 //! speed or load changes.
 //!
-//! The layout is the naive one (one hash key per job), like the peers' ceiling
-//! driver: 50 connections, each a synchronous loop of `--pipeline` calls.
+//! By default the load comes from `redis-benchmark`, run exactly as the
+//! benchmark definitions run it for the peers' table: `-c 50 -P {1,64} -r 1e9`,
+//! 200,000 calls at pipeline 1 and 600,000 at a higher one, each call
+//! `EVALSHA <sha> 0 <rand id> <rand score> <100 B body>`. Both the number of
+//! calls and the client matter. On one Redis, minutes apart, 100,000 calls from
+//! this tool's own client (`--driver builtin`) ran 17% faster at pipeline 1 than
+//! the defined run and 23% faster at pipeline 64: a smaller key space is cheaper
+//! to grow. At the defined sizes the own client was as fast at pipeline 1 and
+//! 13–21% slower at pipeline 64.
+//!
+//! The keys carry the run's prefix, so that a run deletes exactly its own; the
+//! prefix makes each job's key about 30 bytes longer than the definitions'
+//! `job:<id>`, which shows in the bytes per job, not in the rate.
 
+use std::process::Command;
 use std::sync::Arc;
 
 use clap::Args;
 use redis::aio::MultiplexedConnection;
+use redis::{ConnectionAddr, IntoConnectionInfo};
 use serde::Serialize;
 
 use crate::body::job_body;
@@ -21,15 +34,31 @@ use crate::procstat::{info_number, RedisProbe};
 use crate::report::Metrics;
 use crate::workload_push::record_throughput;
 
-/// One job: its hash, then its place in the delay set.
-const SCRIPT: &str = "redis.call('HSET', KEYS[1], 'topic', ARGV[1], 'body', ARGV[2]) \
-                      redis.call('ZADD', KEYS[2], ARGV[3], KEYS[1]) return 1";
-
-/// Deletes up to 1,000 of the run's keys per call; returns how many are left.
-const CLEANUP: &str = "local keys = redis.call('ZRANGE', KEYS[1], 0, 999) \
-                       for _, key in ipairs(keys) do redis.call('UNLINK', key) end \
-                       if #keys > 0 then redis.call('ZREM', KEYS[1], unpack(keys)) end \
+/// Deletes up to 1,000 of the run's jobs per call; returns how many are left.
+/// KEYS[1] is the delay set, ARGV[1] the prefix of a job's key before its id.
+const CLEANUP: &str = "local ids = redis.call('ZRANGE', KEYS[1], 0, 999) \
+                       for _, id in ipairs(ids) do redis.call('UNLINK', ARGV[1] .. id) end \
+                       if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end \
                        return redis.call('ZCARD', KEYS[1])";
+
+/// The range `redis-benchmark -r` draws ids and scores from.
+const RANDOM_RANGE: u64 = 1_000_000_000;
+
+/// Calls at pipeline 1 and at a higher pipeline, as the definitions run them.
+const DEFINED_CALLS_PIPELINE_1: usize = 200_000;
+const DEFINED_CALLS_PIPELINED: usize = 600_000;
+
+/// What generates the calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Driver {
+    /// `redis-benchmark`, as the benchmark definitions run it.
+    #[default]
+    RedisBenchmark,
+    /// This tool's own client: one synchronous loop per connection, ids 0..n,
+    /// due times from the W1 delays.
+    Builtin,
+}
 
 /// Parameters of the ceiling run.
 #[derive(Args, Clone, Debug, Serialize)]
@@ -37,13 +66,19 @@ pub(crate) struct CeilingArgs {
     /// The Redis to measure.
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     pub(crate) redis: String,
-    /// Jobs to write.
-    #[arg(long, default_value_t = 100_000)]
-    pub(crate) n: usize,
-    /// Shortest delay in ms.
+    /// What generates the calls.
+    #[arg(long, value_enum, default_value_t = Driver::RedisBenchmark)]
+    pub(crate) driver: Driver,
+    /// The `redis-benchmark` program (Debian package redis-tools).
+    #[arg(long, default_value = "redis-benchmark")]
+    pub(crate) redis_benchmark: String,
+    /// Jobs to write [default: 200,000 at pipeline 1, 600,000 at a higher pipeline].
+    #[arg(long)]
+    pub(crate) n: Option<usize>,
+    /// Shortest delay in ms (builtin driver).
     #[arg(long, default_value_t = 20_000)]
     pub(crate) delay_min_ms: u64,
-    /// Longest delay in ms (inclusive).
+    /// Longest delay in ms, inclusive (builtin driver).
     #[arg(long, default_value_t = 40_000)]
     pub(crate) delay_max_ms: u64,
     /// Connections, each one synchronous loop.
@@ -55,85 +90,248 @@ pub(crate) struct CeilingArgs {
     /// Body size in bytes.
     #[arg(long, default_value_t = 100)]
     pub(crate) body_bytes: usize,
-    /// mulberry32 seed of the delays.
+    /// mulberry32 seed of the delays (builtin driver).
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u32,
+}
+
+impl CeilingArgs {
+    /// The jobs one run writes.
+    fn jobs(&self) -> usize {
+        match self.n {
+            Some(n) => n,
+            None if self.pipeline <= 1 => DEFINED_CALLS_PIPELINE_1,
+            None => DEFINED_CALLS_PIPELINED,
+        }
+    }
+}
+
+/// The run's two kinds of key.
+struct Keys {
+    /// The delay set.
+    delayed: String,
+    /// A job's hash is this followed by its id.
+    job_prefix: String,
+}
+
+impl Keys {
+    fn of_run(topic: &str) -> Keys {
+        Keys { delayed: format!("{topic}:delayed"), job_prefix: format!("{topic}:job:") }
+    }
+
+    /// One job: `HSET <job key> body <body>; ZADD <delay set> <score> <id>`,
+    /// with ARGV = id, score, body, and the keys written into the script (the
+    /// call names no keys, as the definitions' does).
+    fn script(&self) -> String {
+        format!(
+            "redis.call('HSET', {prefix} .. ARGV[1], 'body', ARGV[3]) \
+             redis.call('ZADD', {delayed}, ARGV[2], ARGV[1]) return 1",
+            prefix = lua_string(&self.job_prefix),
+            delayed = lua_string(&self.delayed),
+        )
+    }
+}
+
+/// `text` as a Lua string literal: every byte but letters, digits and a few
+/// safe marks as a decimal escape.
+fn lua_string(text: &str) -> String {
+    let mut literal = String::with_capacity(text.len() + 2);
+    literal.push('\'');
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_:.".contains(&byte) {
+            literal.push(char::from(byte));
+        } else {
+            literal.push_str(&format!("\\{byte:03}"));
+        }
+    }
+    literal.push('\'');
+    literal
 }
 
 /// Runs the ceiling once under the key prefix `topic`, then deletes its keys.
 ///
 /// # Errors
-/// Returns invalid parameters or a Redis failure.
+/// Returns invalid parameters, a Redis failure, or a `redis-benchmark` that
+/// cannot be run or fails.
 pub(crate) async fn run(args: &CeilingArgs, topic: &str) -> BenchResult<Metrics> {
-    if args.n == 0 || args.concurrency == 0 || args.pipeline == 0 || args.delay_min_ms > args.delay_max_ms {
+    let n = args.jobs();
+    if n == 0 || args.concurrency == 0 || args.pipeline == 0 || args.delay_min_ms > args.delay_max_ms {
         return Err(BenchError::Invalid(
             "need n, concurrency and pipeline > 0 and delay-min-ms <= delay-max-ms".into(),
         ));
     }
     let client = redis::Client::open(args.redis.as_str()).map_err(|error| redis_error("open", &error))?;
-    let mut connections = Vec::with_capacity(args.concurrency);
-    for _ in 0..args.concurrency {
-        let connection =
-            client.get_multiplexed_async_connection().await.map_err(|error| redis_error("connect", &error))?;
-        connections.push(connection);
-    }
-    let mut admin = connections[0].clone();
+    let mut admin = client.get_multiplexed_async_connection().await.map_err(|error| redis_error("connect", &error))?;
+    let keys = Keys::of_run(topic);
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(SCRIPT)
+        .arg(keys.script())
         .query_async(&mut admin)
         .await
         .map_err(|error| redis_error("SCRIPT LOAD", &error))?;
-    let delay_key = format!("{topic}:delay");
-    let delays = uniform_delays(args.seed, args.n, args.delay_min_ms, args.delay_max_ms);
-    let bodies: Vec<String> =
-        (0..args.n).map(|index| job_body(index as u64, 0, args.body_bytes)).collect::<Result<_, _>>()?;
-    let jobs = Arc::new(Job { topic: topic.to_owned(), delay_key: delay_key.clone(), sha, delays, bodies });
+    let body = job_body(0, 0, args.body_bytes)?;
     let probe = RedisProbe::from_url(&args.redis)?;
     let memory_before = used_memory(&probe).await?;
 
     let start_ms = now_ms();
-    let slots = connections.into_iter().enumerate().map(|(slot, connection)| {
-        let jobs = Arc::clone(&jobs);
-        tokio::spawn(run_slot(jobs, connection, slot, args.concurrency, args.pipeline, start_ms))
-    });
-    let mut errors = 0usize;
-    for slot in slots.collect::<Vec<_>>() {
-        errors += match slot.await {
-            Ok(Ok(())) => 0,
-            Ok(Err(error)) => {
-                eprintln!("ceiling slot failed: {error}");
-                1
-            }
-            Err(error) => {
-                eprintln!("ceiling slot panicked: {error}");
-                1
-            }
-        };
-    }
+    let (reported_rate, failed_slots) = match args.driver {
+        Driver::RedisBenchmark => (Some(run_redis_benchmark(args, n, &sha, body).await?), 0),
+        Driver::Builtin => (None, run_builtin(args, n, &client, sha, start_ms).await?),
+    };
     let end_ms = now_ms();
 
     let memory_after = used_memory(&probe).await?;
     let stored: u64 = redis::cmd("ZCARD")
-        .arg(&delay_key)
+        .arg(&keys.delayed)
         .query_async(&mut admin)
         .await
         .map_err(|error| redis_error("ZCARD", &error))?;
     let mut metrics = Metrics::default();
-    metrics.set("n", args.n as f64);
+    metrics.set("n", n as f64);
     metrics.set("pipeline", args.pipeline as f64);
-    record_throughput(&mut metrics, args.n, start_ms, end_ms);
-    metrics.set("redis_bytes_per_job", memory_after.saturating_sub(memory_before) as f64 / args.n as f64);
-    metrics.set("failed_slots", errors as f64);
-    metrics.valid = errors == 0 && stored == args.n as u64;
-    cleanup(&mut admin, &delay_key).await?;
+    match reported_rate {
+        // The rate redis-benchmark reports is the defined one; the elapsed time
+        // also holds its start and its connecting.
+        Some(rate) => {
+            metrics.set("elapsed_ms", end_ms.saturating_sub(start_ms) as f64);
+            metrics.set("jobs_per_s", rate);
+        }
+        None => record_throughput(&mut metrics, n, start_ms, end_ms),
+    }
+    metrics.set("stored_jobs", stored as f64);
+    metrics.set("redis_bytes_per_job", memory_after.saturating_sub(memory_before) as f64 / stored.max(1) as f64);
+    metrics.set("failed_slots", failed_slots as f64);
+    metrics.valid = failed_slots == 0 && stored >= least_distinct(args.driver, n);
+    cleanup(&mut admin, &keys).await?;
     Ok(metrics)
 }
 
-/// What every slot reads.
-struct Job {
-    topic: String,
-    delay_key: String,
+/// The fewest distinct jobs a complete run leaves. redis-benchmark draws each
+/// id at random from 10^9, so about n²/(2·10^9) calls repeat an earlier id
+/// (180 of 600,000); a run that lost more than a thousandth of its calls did
+/// not complete.
+fn least_distinct(driver: Driver, n: usize) -> u64 {
+    let n = n as u64;
+    match driver {
+        Driver::RedisBenchmark => n - n / 1000,
+        Driver::Builtin => n,
+    }
+}
+
+/// Runs `redis-benchmark` for `n` calls; returns the calls per second it reports.
+async fn run_redis_benchmark(args: &CeilingArgs, n: usize, sha: &str, body: String) -> BenchResult<f64> {
+    let mut command = Command::new(&args.redis_benchmark);
+    command.args(redis_benchmark_target(&args.redis)?);
+    command.args([
+        "-c".to_owned(),
+        args.concurrency.to_string(),
+        "-P".to_owned(),
+        args.pipeline.to_string(),
+        "-r".to_owned(),
+        RANDOM_RANGE.to_string(),
+        "-n".to_owned(),
+        n.to_string(),
+        "--csv".to_owned(),
+        "EVALSHA".to_owned(),
+        sha.to_owned(),
+        "0".to_owned(),
+        "__rand_int__".to_owned(),
+        "__rand_int__".to_owned(),
+        body,
+    ]);
+    let program = args.redis_benchmark.clone();
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .map_err(|error| BenchError::Invalid(format!("the thread running {program} failed: {error}")))?
+        .map_err(|error| {
+            BenchError::io(format!("run {} (Debian: apt-get install redis-tools)", args.redis_benchmark), error)
+        })?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(BenchError::Protocol {
+            from: args.redis_benchmark.clone(),
+            detail: format!("{}: {}{}", output.status, stdout.trim(), String::from_utf8_lossy(&output.stderr).trim()),
+        });
+    }
+    csv_rate(&stdout).ok_or_else(|| BenchError::Protocol {
+        from: args.redis_benchmark.clone(),
+        detail: format!("no calls per second in its answer: {}", stdout.trim()),
+    })
+}
+
+/// The connection flags of `redis-benchmark` for a `redis://` or `redis+unix://` URL.
+fn redis_benchmark_target(url: &str) -> BenchResult<Vec<String>> {
+    let info = url
+        .into_connection_info()
+        .map_err(|error| BenchError::Invalid(format!("redis must be a Redis URL: {error}")))?;
+    let mut flags = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => vec!["-h".to_owned(), host.clone(), "-p".to_owned(), port.to_string()],
+        ConnectionAddr::Unix(path) => vec!["-s".to_owned(), path.display().to_string()],
+        _ => return Err(BenchError::Invalid(format!("redis: the ceiling does not speak TLS ({url})"))),
+    };
+    let settings = info.redis_settings();
+    if let Some(user) = settings.username() {
+        flags.extend(["--user".to_owned(), user.to_owned()]);
+    }
+    if let Some(password) = settings.password() {
+        flags.extend(["-a".to_owned(), password.to_owned(), "--no-auth-warning".to_owned()]);
+    }
+    if settings.db() != 0 {
+        flags.extend(["--dbnum".to_owned(), settings.db().to_string()]);
+    }
+    Ok(flags)
+}
+
+/// The `rps` column of the one test in `redis-benchmark --csv` output. The
+/// test's name is the command, which it prints unescaped (the body holds commas
+/// and quotes), so the row's fields are counted from its end.
+fn csv_rate(csv: &str) -> Option<f64> {
+    let mut lines = csv.lines().filter(|line| !line.trim().is_empty());
+    let header: Vec<&str> = lines.next()?.split(',').map(|name| name.trim_matches('"')).collect();
+    let from_end = header.len().checked_sub(header.iter().position(|name| *name == "rps")?)?;
+    let row: Vec<&str> = lines.next()?.rsplitn(header.len(), ',').collect();
+    row.get(from_end.checked_sub(1)?)?.trim_matches('"').parse().ok()
+}
+
+/// Writes jobs 0..n from `--concurrency` connections, each a loop of pipelines
+/// of `--pipeline` calls; returns how many connections failed.
+async fn run_builtin(
+    args: &CeilingArgs,
+    n: usize,
+    client: &redis::Client,
+    sha: String,
+    start_ms: u64,
+) -> BenchResult<usize> {
+    let delays = uniform_delays(args.seed, n, args.delay_min_ms, args.delay_max_ms);
+    let bodies: Vec<String> =
+        (0..n).map(|index| job_body(index as u64, 0, args.body_bytes)).collect::<Result<_, _>>()?;
+    let jobs = Arc::new(Jobs { sha, delays, bodies });
+    let mut slots = Vec::with_capacity(args.concurrency);
+    for slot in 0..args.concurrency {
+        let connection =
+            client.get_multiplexed_async_connection().await.map_err(|error| redis_error("connect", &error))?;
+        let jobs = Arc::clone(&jobs);
+        slots.push(tokio::spawn(run_slot(jobs, connection, slot, args.concurrency, args.pipeline, start_ms)));
+    }
+    let mut failed = 0usize;
+    for slot in slots {
+        match slot.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                eprintln!("ceiling slot failed: {error}");
+                failed += 1;
+            }
+            Err(error) => {
+                eprintln!("ceiling slot panicked: {error}");
+                failed += 1;
+            }
+        }
+    }
+    Ok(failed)
+}
+
+/// What every builtin slot reads.
+struct Jobs {
     sha: String,
     delays: Vec<u64>,
     bodies: Vec<String>,
@@ -141,7 +339,7 @@ struct Job {
 
 /// Writes jobs `slot`, `slot + slots`, … in pipelines of `pipeline` calls.
 async fn run_slot(
-    jobs: Arc<Job>,
+    jobs: Arc<Jobs>,
     mut connection: MultiplexedConnection,
     slot: usize,
     slots: usize,
@@ -154,12 +352,10 @@ async fn run_slot(
         for &index in chunk {
             pipe.cmd("EVALSHA")
                 .arg(&jobs.sha)
-                .arg(2)
-                .arg(format!("{}:job:{index}", jobs.topic))
-                .arg(&jobs.delay_key)
-                .arg(&jobs.topic)
-                .arg(&jobs.bodies[index])
+                .arg(0)
+                .arg(index)
                 .arg(start_ms + jobs.delays[index])
+                .arg(&jobs.bodies[index])
                 .ignore();
         }
         pipe.query_async::<()>(&mut connection).await.map_err(|error| redis_error("EVALSHA", &error))?;
@@ -175,12 +371,13 @@ async fn used_memory(probe: &RedisProbe) -> BenchResult<u64> {
         .ok_or_else(|| BenchError::Protocol { from: "redis".into(), detail: "INFO memory has no used_memory".into() })
 }
 
-async fn cleanup(connection: &mut MultiplexedConnection, delay_key: &str) -> BenchResult<()> {
+async fn cleanup(connection: &mut MultiplexedConnection, keys: &Keys) -> BenchResult<()> {
     loop {
         let left: u64 = redis::cmd("EVAL")
             .arg(CLEANUP)
             .arg(1)
-            .arg(delay_key)
+            .arg(&keys.delayed)
+            .arg(&keys.job_prefix)
             .query_async(connection)
             .await
             .map_err(|error| redis_error("cleanup", &error))?;
@@ -192,4 +389,112 @@ async fn cleanup(connection: &mut MultiplexedConnection, delay_key: &str) -> Ben
 
 fn redis_error(action: &str, error: &redis::RedisError) -> BenchError {
     BenchError::Protocol { from: "redis".into(), detail: format!("{action}: {error}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> CeilingArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: CeilingArgs,
+        }
+        let mut argv = vec!["ceiling"];
+        argv.extend_from_slice(extra);
+        match Wrapper::try_parse_from(argv) {
+            Ok(wrapper) => wrapper.args,
+            Err(error) => panic!("flags parse: {error}"),
+        }
+    }
+
+    #[test]
+    fn the_defined_run_sizes_follow_the_pipeline() {
+        assert_eq!(args(&[]).jobs(), 200_000);
+        assert_eq!(args(&["--pipeline", "64"]).jobs(), 600_000);
+        assert_eq!(args(&["--pipeline", "64", "--n", "5"]).jobs(), 5);
+        assert_eq!(args(&[]).driver, Driver::RedisBenchmark);
+    }
+
+    #[test]
+    fn the_rate_is_read_from_the_csv_answer() {
+        let csv = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\"\n\
+                   \"EVALSHA abc 0 __rand_int__ {\"i\":0,\"pad\":\"xx\"}\",\"89766.61\",\"0.501\",\"0.100\"\n";
+        assert_eq!(csv_rate(csv), Some(89_766.61));
+        assert_eq!(csv_rate("\"test\",\"avg\"\n\"x\",\"1\"\n"), None);
+        assert_eq!(csv_rate(""), None);
+    }
+
+    #[test]
+    fn the_connection_flags_come_from_the_url() {
+        let Ok(flags) = redis_benchmark_target("redis://user:secret@127.0.0.1:6380/2") else { panic!("a valid URL") };
+        assert_eq!(
+            flags,
+            ["-h", "127.0.0.1", "-p", "6380", "--user", "user", "-a", "secret", "--no-auth-warning", "--dbnum", "2"]
+        );
+        assert!(redis_benchmark_target("http://127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn key_names_are_escaped_into_the_script() {
+        assert_eq!(lua_string("bench-ceiling:1"), "'bench-ceiling:1'");
+        assert_eq!(lua_string("a'b\\c"), "'a\\039b\\092c'");
+        let script = Keys::of_run("t").script();
+        assert!(script.contains("'t:job:' .. ARGV[1]"), "{script}");
+        assert!(script.contains("'ZADD', 't:delayed', ARGV[2], ARGV[1]"), "{script}");
+    }
+
+    fn redis_url() -> Option<String> {
+        match std::env::var("DELAYQ_TEST_REDIS_URL") {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ => {
+                assert!(
+                    std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                    "DELAYQ_TEST_REDIS_URL is not set but DELAYQ_TEST_REQUIRE_SERVICES=1"
+                );
+                println!("skipped: DELAYQ_TEST_REDIS_URL not set");
+                None
+            }
+        }
+    }
+
+    /// Both drivers against the real Redis (and the real redis-benchmark):
+    /// every call lands, the rate and the memory are read, and the run's keys
+    /// are gone afterwards.
+    #[tokio::test]
+    async fn each_driver_writes_its_jobs_and_deletes_them_afterwards() {
+        let Some(url) = redis_url() else { return };
+        for (driver, pipeline) in [("redis-benchmark", "1"), ("redis-benchmark", "16"), ("builtin", "4")] {
+            let topic = format!("ceiling-test-{}-{driver}-{pipeline}", std::process::id());
+            let flags =
+                ["--redis", &url, "--driver", driver, "--pipeline", pipeline, "--n", "3000", "--concurrency", "8"];
+            let metrics = match run(&args(&flags), &topic).await {
+                Ok(metrics) => metrics,
+                Err(error) => panic!("{driver} at pipeline {pipeline}: {error}"),
+            };
+            assert!(metrics.valid, "{driver} at pipeline {pipeline}: {metrics:?}");
+            let stored = metrics.get("stored_jobs").unwrap_or_default();
+            // redis-benchmark may send up to a pipeline per connection more than asked.
+            assert!((2997.0..=3000.0 + 8.0 * 16.0).contains(&stored), "{driver}: {stored} jobs stored");
+            assert!(metrics.get("jobs_per_s").unwrap_or_default() > 0.0, "{driver}: {metrics:?}");
+            assert!(metrics.get("redis_bytes_per_job").unwrap_or_default() > 100.0, "{driver}: {metrics:?}");
+
+            let Ok(client) = redis::Client::open(url.as_str()) else { panic!("a valid URL") };
+            let Ok(mut connection) = client.get_multiplexed_async_connection().await else { panic!("Redis is up") };
+            let left: Vec<String> =
+                match redis::cmd("KEYS").arg(format!("{topic}:*")).query_async(&mut connection).await {
+                    Ok(keys) => keys,
+                    Err(error) => panic!("KEYS: {error}"),
+                };
+            assert!(left.is_empty(), "{driver} left {} keys", left.len());
+        }
+    }
+
+    #[test]
+    fn a_run_with_repeated_random_ids_is_complete_but_one_that_lost_calls_is_not() {
+        assert_eq!(least_distinct(Driver::RedisBenchmark, 600_000), 599_400);
+        assert_eq!(least_distinct(Driver::Builtin, 600_000), 600_000);
+    }
 }
