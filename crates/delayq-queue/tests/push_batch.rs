@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::{Due, Job, JobId, PushRequest, Snowflake, Timestamp, Topic};
+use delayq_common::{Job, JobId, PushRequest, Snowflake, Timestamp, Topic};
 use delayq_queue::{
     DelayQueue, MemoryScheduler, Promotion, QueueError, QueueResult, QueueSettings, Scheduler, TopicStats,
 };
 use delayq_store::{JobStore, SqliteStore};
 use tokio::sync::Notify;
+
+mod common;
 
 const JOBS: usize = 1000;
 
@@ -108,21 +110,8 @@ async fn setup(fail_from: usize) -> Setup {
 }
 
 fn request(index: usize, id: Option<&JobId>) -> Result<PushRequest, delayq_common::InvalidField> {
-    Ok(PushRequest {
-        id: id.cloned(),
-        topic: Topic::parse("batch.test").expect("topic"),
-        body: format!("job {index}"),
-        due: Due::Delay(Duration::from_secs(60)),
-        create_time: None,
-        ttr: None,
-        priority: None,
-        max_retries: None,
-        retry_backoff: Vec::new(),
-        ttl: Duration::ZERO,
-        subtopic: None,
-        biz_key: None,
-        replace: false,
-    })
+    let topic = Topic::parse("batch.test").expect("topic");
+    Ok(common::push_request(&topic, id, format!("job {index}"), Duration::from_secs(60)))
 }
 
 /// The ids answered as pushed; panics on any other kind of refusal than `allowed`.

@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::{Due, JobId, JobState, PushRequest, Snowflake, Timestamp, Topic};
-use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueError, QueueSettings, RedisScheduler, Scheduler};
+use delayq_common::{JobId, JobState, PushRequest, Snowflake, Timestamp, Topic};
+use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueError, QueueSettings, Scheduler};
 use delayq_store::SqliteStore;
 use tokio_util::sync::CancellationToken;
+
+mod common;
 
 const JOBS: usize = 300;
 
@@ -20,23 +22,8 @@ fn unique(stem: &str) -> String {
 }
 
 async fn redis(prefix: &str) -> Option<Arc<dyn Scheduler>> {
-    match std::env::var("DELAYQ_TEST_REDIS_URL") {
-        Ok(url) if !url.is_empty() => {
-            let options = delayq_queue::RedisSchedulerOptions {
-                prefix: prefix.to_owned(),
-                ..delayq_queue::RedisSchedulerOptions::default()
-            };
-            Some(Arc::new(RedisScheduler::connect(&url, options).await.expect("connect to redis")))
-        }
-        _ => {
-            assert!(
-                std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "DELAYQ_TEST_REDIS_URL is not set but DELAYQ_TEST_REQUIRE_SERVICES=1"
-            );
-            println!("skipped: DELAYQ_TEST_REDIS_URL not set");
-            None
-        }
-    }
+    let url = common::service_url("DELAYQ_TEST_REDIS_URL")?;
+    Some(Arc::new(common::connect(&url, prefix).await))
 }
 
 async fn queue_over(scheduler: Arc<dyn Scheduler>, dir: &tempfile::TempDir) -> Arc<DelayQueue> {
@@ -47,20 +34,10 @@ async fn queue_over(scheduler: Arc<dyn Scheduler>, dir: &tempfile::TempDir) -> A
 }
 
 fn push(topic: &Topic, id: Option<&str>, delay: Duration) -> PushRequest {
+    let id = id.map(|id| JobId::parse(id).expect("valid id"));
     PushRequest {
-        id: id.map(|id| JobId::parse(id).expect("valid id")),
-        topic: topic.clone(),
-        body: "payload".to_owned(),
-        due: Due::Delay(delay),
-        create_time: None,
         ttr: Some(Duration::from_secs(30)),
-        priority: None,
-        max_retries: None,
-        retry_backoff: Vec::new(),
-        ttl: Duration::ZERO,
-        subtopic: None,
-        biz_key: None,
-        replace: false,
+        ..common::push_request(topic, id.as_ref(), "payload".to_owned(), delay)
     }
 }
 

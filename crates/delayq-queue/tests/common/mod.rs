@@ -1,11 +1,11 @@
-//! What the Redis test files share: the service variable, unique key
-//! prefixes, connecting, and plain jobs.
+//! What the test files share: the service variable, unique key prefixes,
+//! connecting to Redis, plain jobs and plain push requests.
 
 #![allow(dead_code, unreachable_pub)]
 
 use std::time::Duration;
 
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use delayq_common::{Due, Job, JobId, JobState, PushRequest, Timestamp, Topic};
 use delayq_queue::{RedisScheduler, RedisSchedulerOptions};
 
 /// Returns the service URL in `variable`; when unset, skips (or fails under
@@ -64,4 +64,24 @@ pub fn job(id: &str, topic: &Topic, run_at: Timestamp, body_len: usize) -> Job {
 /// Parses a topic name the test knows to be valid.
 pub fn topic(name: &str) -> Topic {
     Topic::parse(name).expect("valid topic")
+}
+
+/// A push of `body` to `topic` after `delay`, with `id` when given; every
+/// other field is left to the defaults.
+pub fn push_request(topic: &Topic, id: Option<&JobId>, body: String, delay: Duration) -> PushRequest {
+    PushRequest {
+        id: id.cloned(),
+        topic: topic.clone(),
+        body,
+        due: Due::Delay(delay),
+        create_time: None,
+        ttr: None,
+        priority: None,
+        max_retries: None,
+        retry_backoff: Vec::new(),
+        ttl: Duration::ZERO,
+        subtopic: None,
+        biz_key: None,
+        replace: false,
+    }
 }
