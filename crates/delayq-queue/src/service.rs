@@ -722,7 +722,6 @@ struct Restored {
     added: u64,
 }
 
-/// Gives each job of a batch at `slots` its own copy of the failure that kept it out.
 /// A stored slice on its way to the scheduler: the jobs the store accepted and their slots.
 type StoredSlice<'j> = (Cow<'j, [Job]>, Vec<usize>);
 
@@ -736,6 +735,7 @@ struct StoreSteps {
     tried: usize,
 }
 
+/// Gives each job of a batch at `slots` its own copy of the failure that kept it out.
 fn fail_slots(outcomes: &mut [QueueResult<Pushed>], slots: &[usize], error: &QueueError) {
     for &slot in slots {
         outcomes[slot] = Err(error.unavailable_copy());
