@@ -174,11 +174,21 @@ pub(crate) async fn run(args: &CeilingArgs, topic: &str) -> BenchResult<Metrics>
     let memory_before = used_memory(&probe).await?;
 
     let start_ms = now_ms();
-    let (reported_rate, failed_slots) = match args.driver {
-        Driver::RedisBenchmark => (Some(run_redis_benchmark(args, n, &sha, body).await?), 0),
-        Driver::Builtin => (None, run_builtin(args, n, &client, sha, start_ms).await?),
+    let driven = match args.driver {
+        Driver::RedisBenchmark => run_redis_benchmark(args, n, &sha, body).await.map(|rate| (Some(rate), 0)),
+        Driver::Builtin => run_builtin(args, n, &client, sha, start_ms).await.map(|failed| (None, failed)),
     };
     let end_ms = now_ms();
+    let (reported_rate, failed_slots) = match driven {
+        Ok(driven) => driven,
+        Err(error) => {
+            // What the run wrote before it failed is deleted all the same.
+            if let Err(cleanup_error) = cleanup(&mut admin, &keys).await {
+                eprintln!("ceiling: the run's keys were not deleted: {cleanup_error}");
+            }
+            return Err(error);
+        }
+    };
 
     let memory_after = used_memory(&probe).await?;
     let stored: u64 = redis::cmd("ZCARD")
@@ -250,7 +260,7 @@ async fn run_redis_benchmark(args: &CeilingArgs, n: usize, sha: &str, body: Stri
     if !output.status.success() {
         return Err(BenchError::Protocol {
             from: args.redis_benchmark.clone(),
-            detail: format!("{}: {}{}", output.status, stdout.trim(), String::from_utf8_lossy(&output.stderr).trim()),
+            detail: format!("{}: {} {}", output.status, stdout.trim(), String::from_utf8_lossy(&output.stderr).trim()),
         });
     }
     csv_rate(&stdout).ok_or_else(|| BenchError::Protocol {
@@ -489,6 +499,22 @@ mod tests {
                     Err(error) => panic!("KEYS: {error}"),
                 };
             assert!(left.is_empty(), "{driver} left {} keys", left.len());
+        }
+    }
+
+    /// A redis-benchmark that cannot be run is an error that names it and how to get it.
+    #[tokio::test]
+    async fn a_missing_redis_benchmark_is_named() {
+        let Some(url) = redis_url() else { return };
+        let topic = format!("ceiling-test-{}-missing", std::process::id());
+        let flags = ["--redis", &url, "--redis-benchmark", "/nonexistent/redis-benchmark", "--n", "10"];
+        match run(&args(&flags), &topic).await {
+            Ok(metrics) => panic!("a run without its program: {metrics:?}"),
+            Err(error) => {
+                let message = format!("{error}");
+                assert!(message.contains("/nonexistent/redis-benchmark"), "{message}");
+                assert!(message.contains("redis-tools"), "{message}");
+            }
         }
     }
 
