@@ -13,7 +13,10 @@
 # command run once per repetition right after the ceiling, on the emptied Redis, with the
 # repetition's number as $1: a peer's driver for the same workloads, so that the peer is
 # measured interleaved with delayq (no peer ships with delayq). Its output goes to
-# peer-<rep>.txt and is printed.
+# peer-<rep>.txt and is printed; lines of the form `<peer> single: jobs_per_s=N` and
+# `<peer> batch: jobs_per_s=N` are the peer's rates. At the end, `delayq-bench summarize`
+# prints every series as median (min-max) and the push rates divided by the ceiling and
+# the peer of the same repetition, and writes summary.json.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
@@ -62,3 +65,5 @@ flush_redis; run grpc-lateness env DELAYQ_REDIS_URL="$R" "$S" lateness --transpo
 flush_redis; run memory env DELAYQ_REDIS_URL="$R" "$S" memory --redis-url "$R"
 flush_redis; run memory-1m env DELAYQ_REDIS_URL="$R" "$S" memory --n 1000000 --redis-url "$R"
 flush_redis; run burst env DELAYQ_REDIS_URL="$R" "$S" burst --redis-url "$R"
+echo
+"$B" summarize "$out" --json "$out/summary.json"

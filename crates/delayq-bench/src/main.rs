@@ -14,6 +14,7 @@
 //!   `workload_ceiling`: the Redis-only baseline the push numbers are divided by.
 //! - `client`: the HTTP client; `grpc`: the gRPC client; `procstat`: `/proc` and Redis `INFO` readings.
 //! - `report`: percentiles, tables, the median (min–max) summary and the JSON file.
+//! - `session`: `summarize`, the table of a whole session directory with its ratios.
 
 mod body;
 mod client;
@@ -25,6 +26,7 @@ mod prng;
 mod procstat;
 mod pushers;
 mod report;
+mod session;
 mod workload_burst;
 mod workload_ceiling;
 mod workload_lateness;
@@ -48,7 +50,16 @@ use crate::report::{Metrics, RepRecord};
 #[command(name = "delayq-bench", version, about)]
 struct Cli {
     #[command(subcommand)]
-    workload: Workload,
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    #[command(flatten)]
+    Workload(Box<Workload>),
+    /// Summarizes a directory `scripts/session.sh` wrote: every series as median
+    /// (min–max), and the push rates divided by the same repetition's ceiling and peer.
+    Summarize(session::SummarizeArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -157,17 +168,24 @@ impl Workload {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let threads = cli.workload.common().client_threads;
+    let workload = match Cli::parse().command {
+        Command::Workload(workload) => workload,
+        Command::Summarize(args) => return exit_code(session::run(&args)),
+    };
+    let threads = workload.common().client_threads;
     let runtime = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
     } else {
         tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
     };
-    let outcome = match runtime {
-        Ok(runtime) => runtime.block_on(run_repeats(&cli.workload)),
+    exit_code(match runtime {
+        Ok(runtime) => runtime.block_on(run_repeats(&workload)),
         Err(error) => Err(BenchError::io("start the tokio runtime", error)),
-    };
+    })
+}
+
+/// Success, or the error printed with its causes and a failure code.
+fn exit_code(outcome: BenchResult<()>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -83,9 +83,41 @@ pub(crate) struct RepRecord {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Summary {
     name: String,
-    median: f64,
-    min: f64,
-    max: f64,
+    spread: Spread,
+}
+
+/// The median, min and max of some numbers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Spread {
+    /// The median (of an even count, the mean of the middle two).
+    pub(crate) median: f64,
+    /// The smallest.
+    pub(crate) min: f64,
+    /// The largest.
+    pub(crate) max: f64,
+}
+
+impl Spread {
+    /// Returns the spread of `values`; `None` when there are none.
+    pub(crate) fn of(values: &[f64]) -> Option<Spread> {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let (&min, &max) = (sorted.first()?, sorted.last()?);
+        Some(Spread { median: median_of_sorted(&sorted), min, max })
+    }
+
+    /// Formats it as the tables show it: `median (min-max)`, or one number when all are equal.
+    pub(crate) fn display(&self) -> String {
+        if self.min == self.max {
+            return format_value(self.median);
+        }
+        format!("{} ({}-{})", format_value(self.median), format_value(self.min), format_value(self.max))
+    }
+
+    /// Returns it as a JSON object of `median`, `min` and `max`.
+    pub(crate) fn to_json(self) -> Value {
+        serde_json::json!({"median": number(self.median), "min": number(self.min), "max": number(self.max)})
+    }
 }
 
 /// Summarises every metric that all repetitions recorded, in the first one's order.
@@ -93,13 +125,12 @@ pub(crate) fn summarize(records: &[RepRecord]) -> Vec<Summary> {
     let Some(first) = records.first() else { return Vec::new() };
     let mut summaries = Vec::new();
     for (name, _) in &first.metrics.entries {
-        let mut values: Vec<f64> = records.iter().filter_map(|record| record.metrics.get(name)).collect();
+        let values: Vec<f64> = records.iter().filter_map(|record| record.metrics.get(name)).collect();
         if values.len() != records.len() {
             continue;
         }
-        values.sort_by(f64::total_cmp);
-        let (Some(&min), Some(&max)) = (values.first(), values.last()) else { continue };
-        summaries.push(Summary { name: name.clone(), median: median_of_sorted(&values), min, max });
+        let Some(spread) = Spread::of(&values) else { continue };
+        summaries.push(Summary { name: name.clone(), spread });
     }
     summaries
 }
@@ -138,9 +169,9 @@ pub(crate) fn print_summary(workload: &str, records: &[RepRecord], summaries: &[
         println!(
             "  {:<28} {:>16} ({} - {})",
             summary.name,
-            format_value(summary.median),
-            format_value(summary.min),
-            format_value(summary.max)
+            format_value(summary.spread.median),
+            format_value(summary.spread.min),
+            format_value(summary.spread.max)
         );
     }
 }
@@ -158,9 +189,7 @@ pub(crate) fn to_json(workload: &str, params: Value, records: &[RepRecord], summ
         .collect();
     let mut summary = Map::new();
     for entry in summaries {
-        let stats =
-            serde_json::json!({"median": number(entry.median), "min": number(entry.min), "max": number(entry.max)});
-        summary.insert(entry.name.clone(), stats);
+        summary.insert(entry.name.clone(), entry.spread.to_json());
     }
     serde_json::json!({
         "workload": workload,
@@ -228,8 +257,15 @@ mod tests {
         };
         let records = [record(1, 30.0), record(2, 10.0), record(3, 20.0)];
         let summaries = summarize(&records);
-        assert_eq!(summaries, vec![Summary { name: "jobs_per_s".to_owned(), median: 20.0, min: 10.0, max: 30.0 }]);
+        assert_eq!(
+            summaries,
+            vec![Summary { name: "jobs_per_s".to_owned(), spread: Spread { median: 20.0, min: 10.0, max: 30.0 } }]
+        );
         assert_eq!(median_of_sorted(&[1.0, 2.0]), 1.5);
+        assert_eq!(Spread::of(&[4.0, 1.0]), Some(Spread { median: 2.5, min: 1.0, max: 4.0 }));
+        assert_eq!(Spread::of(&[]), None);
+        assert_eq!(Spread::of(&[0.5, 2.0, 1.0]).map(|spread| spread.display()), Some("1 (0.500-2)".to_owned()));
+        assert_eq!(Spread::of(&[7.0]).map(|spread| spread.display()), Some("7".to_owned()));
     }
 
     #[test]

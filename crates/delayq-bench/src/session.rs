@@ -1,0 +1,338 @@
+//! `delayq-bench summarize DIR`: the numbers of a benchmark session directory
+//! (`scripts/session.sh` writes one JSON file per run) as the README's tables
+//! give them: each series as median (min-max) over its repetitions, and each
+//! push series divided, repetition by repetition, by the baseline measured in
+//! the same repetition (the ceiling at pipeline 1 for single pushes, at 64 for
+//! batches; the peer's rate when a peer ran), then the median of those ratios.
+//!
+//! Files: `<series>-<rep>.json` for the repeated series, `<run>.json` for the
+//! runs made once, and `peer-<rep>.txt` with lines `<peer> single: jobs_per_s=N`
+//! and `<peer> batch: jobs_per_s=N` (the `PEER_CMD` contract of `session.sh`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::{Map, Value};
+
+use crate::error::{BenchError, BenchResult};
+use crate::report::{self, Spread};
+
+/// Flags of `summarize`.
+#[derive(Args, Debug)]
+pub(crate) struct SummarizeArgs {
+    /// The session directory (`session.sh`'s OUT_DIR).
+    dir: PathBuf,
+    /// Also write the summary to this JSON file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// What a repeated series is divided by, repetition by repetition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Baseline {
+    /// Another series of the session (a ceiling).
+    Series(&'static str),
+    /// The peer's rate in this mode (`single` or `batch`).
+    Peer(&'static str),
+}
+
+/// A series run once per repetition, and what its jobs/s are divided by.
+struct Repeated {
+    name: &'static str,
+    baselines: &'static [Baseline],
+}
+
+const REPEATED: &[Repeated] = &[
+    Repeated { name: "ceiling1", baselines: &[] },
+    Repeated { name: "ceiling64", baselines: &[] },
+    Repeated { name: "push-single", baselines: &[Baseline::Series("ceiling1"), Baseline::Peer("single")] },
+    Repeated { name: "push-batch", baselines: &[Baseline::Series("ceiling64"), Baseline::Peer("batch")] },
+    Repeated { name: "push-batch-mariadb", baselines: &[Baseline::Series("ceiling64"), Baseline::Peer("batch")] },
+    Repeated { name: "lateness", baselines: &[] },
+];
+
+/// The runs made once.
+const ONCE: &[&str] = &[
+    "embedded-push-single",
+    "embedded-push-batch",
+    "embedded-lateness",
+    "grpc-push-single",
+    "grpc-push-batch",
+    "grpc-lateness",
+    "memory",
+    "memory-1m",
+    "burst",
+];
+
+/// The metrics shown, in this order, where a run has them.
+const SHOWN: &[&str] = &[
+    "jobs_per_s",
+    "push_latency_ms_p99",
+    "lateness_ms_p50",
+    "lateness_ms_p90",
+    "lateness_ms_p99",
+    "lateness_ms_max",
+    "early",
+    "missing",
+    "duplicates",
+    "redis_used_memory_bytes_per_job",
+    "first_pop_ms",
+    "drain_ms",
+    "server_cpu_us_per_job",
+    "redis_cpu_us_per_job",
+    "client_cpu_us_per_job",
+];
+
+/// One run's numbers by metric name.
+type Numbers = BTreeMap<String, f64>;
+
+/// A repeated series: each repetition's numbers by repetition number.
+type Reps = BTreeMap<usize, Numbers>;
+
+/// Prints the session's summary and writes its JSON when asked.
+///
+/// # Errors
+/// When the directory cannot be read, a file is not a run's JSON, or it holds no run at all.
+pub(crate) fn run(args: &SummarizeArgs) -> BenchResult<()> {
+    let summary = summarize(&args.dir)?;
+    print!("{}", summary.text);
+    if let Some(path) = &args.json {
+        report::write_json(path, &summary.json)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// A session's summary, as text and as JSON.
+struct SessionSummary {
+    text: String,
+    json: Value,
+}
+
+fn summarize(dir: &Path) -> BenchResult<SessionSummary> {
+    let names = file_names(dir)?;
+    let peers = read_peers(dir, &names)?;
+    let mut series: BTreeMap<&str, Reps> = BTreeMap::new();
+    for repeated in REPEATED {
+        let reps = read_repeated(dir, &names, repeated.name)?;
+        if !reps.is_empty() {
+            series.insert(repeated.name, reps);
+        }
+    }
+    let mut text = String::new();
+    let mut json = Map::new();
+    let rep_count = series.values().map(BTreeMap::len).max().unwrap_or(0);
+    text.push_str(&format!("session {} ({rep_count} repetitions): median (min-max)\n", dir.display()));
+    for repeated in REPEATED {
+        let Some(reps) = series.get(repeated.name) else { continue };
+        let mut entry = shown_spreads(reps.values(), &mut text, repeated.name);
+        let mut ratios = Map::new();
+        for &baseline in repeated.baselines {
+            let (label, per_rep) = match baseline {
+                Baseline::Series(other) => (format!("/ {other}"), series.get(other).map(|base| ratios_to(reps, base))),
+                Baseline::Peer(mode) => (format!("/ peer {mode}"), peers.get(mode).map(|base| ratios_to(reps, base))),
+            };
+            let Some(spread) = per_rep.as_deref().and_then(Spread::of) else { continue };
+            text.push_str(&format!("  {:<34} {}\n", format!("jobs_per_s {label}, per rep"), spread.display()));
+            ratios.insert(label.trim_start_matches("/ ").to_owned(), spread.to_json());
+        }
+        if !ratios.is_empty() {
+            entry.insert("ratios".to_owned(), Value::Object(ratios));
+        }
+        json.insert(repeated.name.to_owned(), Value::Object(entry));
+    }
+    for (mode, reps) in &peers {
+        let name = format!("peer-{mode}");
+        json.insert(name.clone(), Value::Object(shown_spreads(reps.values(), &mut text, &name)));
+    }
+    for &name in ONCE {
+        if let Some(numbers) = read_run(dir, &names, name)? {
+            json.insert(name.to_owned(), Value::Object(shown_spreads([&numbers].into_iter(), &mut text, name)));
+        }
+    }
+    if json.is_empty() {
+        return Err(BenchError::Invalid(format!("{} holds no benchmark session's files", dir.display())));
+    }
+    Ok(SessionSummary { text, json: Value::Object(json) })
+}
+
+/// Adds a line per shown metric of `runs` to `text`; returns their spreads as JSON.
+fn shown_spreads<'a>(
+    runs: impl Iterator<Item = &'a Numbers> + Clone,
+    text: &mut String,
+    name: &str,
+) -> Map<String, Value> {
+    text.push_str(&format!("{name}\n"));
+    let mut entry = Map::new();
+    for &metric in SHOWN {
+        let values: Vec<f64> = runs.clone().filter_map(|numbers| numbers.get(metric).copied()).collect();
+        if let Some(spread) = Spread::of(&values) {
+            text.push_str(&format!("  {metric:<34} {}\n", spread.display()));
+            entry.insert(metric.to_owned(), spread.to_json());
+        }
+    }
+    entry
+}
+
+/// Divides each repetition's jobs/s by the baseline's in the same repetition.
+fn ratios_to(reps: &Reps, baseline: &Reps) -> Vec<f64> {
+    reps.iter()
+        .filter_map(|(rep, numbers)| {
+            let rate = numbers.get("jobs_per_s")?;
+            let base = baseline.get(rep)?.get("jobs_per_s")?;
+            (*base > 0.0).then(|| rate / base)
+        })
+        .collect()
+}
+
+fn file_names(dir: &Path) -> BenchResult<Vec<String>> {
+    let entries = std::fs::read_dir(dir).map_err(|error| BenchError::io(format!("read {}", dir.display()), error))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|error| BenchError::io(format!("read {}", dir.display()), error))?;
+        if let Some(name) = entry.file_name().to_str() {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// The repetitions of `series`: files `<series>-<rep>.json`.
+fn read_repeated(dir: &Path, names: &[String], series: &str) -> BenchResult<Reps> {
+    let mut reps = Reps::new();
+    for name in names {
+        let Some(rep) = rep_number(name, series, ".json") else { continue };
+        if let Some(numbers) = read_run(dir, names, &format!("{series}-{rep}"))? {
+            reps.insert(rep, numbers);
+        }
+    }
+    Ok(reps)
+}
+
+/// The repetition number of `file` when it is `<series>-<rep><extension>`.
+fn rep_number(file: &str, series: &str, extension: &str) -> Option<usize> {
+    file.strip_prefix(series)?.strip_prefix('-')?.strip_suffix(extension)?.parse().ok()
+}
+
+/// The numbers of the run in `<name>.json`, when the file is there.
+fn read_run(dir: &Path, names: &[String], name: &str) -> BenchResult<Option<Numbers>> {
+    let file = format!("{name}.json");
+    if !names.contains(&file) {
+        return Ok(None);
+    }
+    let path = dir.join(&file);
+    let text =
+        std::fs::read_to_string(&path).map_err(|error| BenchError::io(format!("read {}", path.display()), error))?;
+    let not_a_run = |detail: &str| BenchError::Invalid(format!("{}: {detail}", path.display()));
+    let value: Value = serde_json::from_str(&text).map_err(|error| not_a_run(&format!("not JSON: {error}")))?;
+    let reps = value.get("reps").and_then(Value::as_array).ok_or_else(|| not_a_run("no reps array"))?;
+    let [rep] = reps.as_slice() else {
+        return Err(not_a_run(&format!("has {} repetitions; a session runs each once", reps.len())));
+    };
+    let fields = rep.as_object().ok_or_else(|| not_a_run("a repetition is not an object"))?;
+    Ok(Some(fields.iter().filter_map(|(metric, value)| Some((metric.clone(), value.as_f64()?))).collect()))
+}
+
+/// The peer's rates per mode and repetition, from `peer-<rep>.txt`.
+fn read_peers(dir: &Path, names: &[String]) -> BenchResult<BTreeMap<&'static str, Reps>> {
+    let mut peers: BTreeMap<&'static str, Reps> = BTreeMap::new();
+    for name in names {
+        let Some(rep) = rep_number(name, "peer", ".txt") else { continue };
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|error| BenchError::io(format!("read {}", path.display()), error))?;
+        for (mode, rate) in peer_rates(&text) {
+            peers.entry(mode).or_default().insert(rep, Numbers::from([("jobs_per_s".to_owned(), rate)]));
+        }
+    }
+    Ok(peers)
+}
+
+/// The `(mode, jobs/s)` of each line `<peer> single|batch: jobs_per_s=N …`.
+fn peer_rates(text: &str) -> Vec<(&'static str, f64)> {
+    text.lines()
+        .filter_map(|line| {
+            let mode = ["single", "batch"].into_iter().find(|mode| line.contains(&format!(" {mode}:")))?;
+            let rest = &line[line.find("jobs_per_s=")? + "jobs_per_s=".len()..];
+            let rate = rest.split_whitespace().next()?.parse().ok()?;
+            Some((mode, rate))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_run(dir: &Path, name: &str, metrics: &[(&str, f64)]) {
+        let rep: Map<String, Value> =
+            metrics.iter().map(|(metric, value)| ((*metric).to_owned(), Value::from(*value))).collect();
+        let run = serde_json::json!({"workload": "push", "reps": [rep]});
+        std::fs::write(dir.join(format!("{name}.json")), run.to_string()).expect("write a run");
+    }
+
+    #[test]
+    fn ratios_are_taken_per_repetition_then_their_median() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Rep 2's ceiling is twice rep 1's: the ratio of each rep uses its own.
+        for (rep, ceiling, single, peer) in [(1, 100.0, 40.0, 50.0), (2, 200.0, 60.0, 40.0), (3, 100.0, 30.0, 60.0)] {
+            write_run(dir.path(), &format!("ceiling1-{rep}"), &[("jobs_per_s", ceiling)]);
+            write_run(
+                dir.path(),
+                &format!("push-single-{rep}"),
+                &[("jobs_per_s", single), ("server_cpu_us_per_job", 30.0)],
+            );
+            std::fs::write(
+                dir.path().join(format!("peer-{rep}.txt")),
+                format!("bullmq single: jobs_per_s={peer} valid=true\nbullmq batch: jobs_per_s=1 valid=true\n"),
+            )
+            .expect("write the peer");
+        }
+        write_run(dir.path(), "burst", &[("drain_ms", 3408.0)]);
+        let summary = summarize(dir.path()).expect("summary");
+        let single = &summary.json["push-single"];
+        assert_eq!(single["jobs_per_s"], serde_json::json!({"median": 40, "min": 30, "max": 60}));
+        // 40/100, 60/200, 30/100: median 0.3, not 40/100 (the medians' ratio).
+        assert_eq!(single["ratios"]["ceiling1"], serde_json::json!({"median": 0.3, "min": 0.3, "max": 0.4}));
+        // 40/50, 60/40, 30/60.
+        assert_eq!(single["ratios"]["peer single"], serde_json::json!({"median": 0.8, "min": 0.5, "max": 1.5}));
+        assert_eq!(summary.json["peer-single"]["jobs_per_s"]["median"], 50);
+        assert_eq!(summary.json["burst"]["drain_ms"]["median"], 3408);
+        assert!(summary.text.contains("jobs_per_s / ceiling1, per rep"), "{}", summary.text);
+        assert!(summary.json.get("push-batch").is_none(), "a series without files is left out");
+    }
+
+    #[test]
+    fn a_repetition_without_its_baseline_gets_no_ratio() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        write_run(dir.path(), "ceiling64-1", &[("jobs_per_s", 100.0)]);
+        write_run(dir.path(), "push-batch-1", &[("jobs_per_s", 80.0)]);
+        write_run(dir.path(), "push-batch-2", &[("jobs_per_s", 90.0)]);
+        write_run(dir.path(), "push-batch-mariadb-1", &[("jobs_per_s", 50.0)]);
+        let summary = summarize(dir.path()).expect("summary");
+        assert_eq!(summary.json["push-batch"]["ratios"]["ceiling64"]["median"], 0.8);
+        assert_eq!(summary.json["push-batch"]["jobs_per_s"]["median"], 85, "both reps count for the rate");
+        assert_eq!(summary.json["push-batch-mariadb"]["jobs_per_s"]["median"], 50, "not mixed with push-batch");
+    }
+
+    #[test]
+    fn unusable_inputs_are_named() {
+        let empty = tempfile::tempdir().expect("temp dir");
+        let error = summarize(empty.path()).err().map(|error| error.to_string()).unwrap_or_default();
+        assert!(error.contains("holds no benchmark session"), "{error}");
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("ceiling1-1.json"), "{\"reps\": []}").expect("write");
+        let error = summarize(dir.path()).err().map(|error| error.to_string()).unwrap_or_default();
+        assert!(error.contains("ceiling1-1.json: has 0 repetitions"), "{error}");
+        assert!(summarize(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn peer_lines_give_a_rate_per_mode() {
+        let rates = peer_rates("bullmq single: jobs_per_s=45508 valid=true\nnoise\nbullmq batch: jobs_per_s=32898.5\n");
+        assert_eq!(rates, vec![("single", 45508.0), ("batch", 32898.5)]);
+        assert_eq!(rep_number("push-batch-mariadb-2.json", "push-batch", ".json"), None);
+        assert_eq!(rep_number("push-batch-12.json", "push-batch", ".json"), Some(12));
+    }
+}
