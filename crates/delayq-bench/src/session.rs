@@ -129,13 +129,13 @@ fn summarize(dir: &Path) -> BenchResult<SessionSummary> {
         let mut entry = shown_spreads(reps.values(), &mut text, repeated.name);
         let mut ratios = Map::new();
         for &baseline in repeated.baselines {
-            let (label, per_rep) = match baseline {
-                Baseline::Series(other) => (format!("/ {other}"), series.get(other).map(|base| ratios_to(reps, base))),
-                Baseline::Peer(mode) => (format!("/ peer {mode}"), peers.get(mode).map(|base| ratios_to(reps, base))),
+            let (key, base) = match baseline {
+                Baseline::Series(other) => (other.to_owned(), series.get(other)),
+                Baseline::Peer(mode) => (format!("peer {mode}"), peers.get(mode)),
             };
-            let Some(spread) = per_rep.as_deref().and_then(Spread::of) else { continue };
-            text.push_str(&format!("  {:<34} {}\n", format!("jobs_per_s {label}, per rep"), spread.display()));
-            ratios.insert(label.trim_start_matches("/ ").to_owned(), spread.to_json());
+            let Some(spread) = base.and_then(|base| Spread::of(&ratios_to(reps, base))) else { continue };
+            text.push_str(&format!("  {:<34} {}\n", format!("jobs_per_s / {key}, per rep"), spread.display()));
+            ratios.insert(key, spread.to_json());
         }
         if !ratios.is_empty() {
             entry.insert("ratios".to_owned(), Value::Object(ratios));
