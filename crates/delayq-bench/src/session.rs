@@ -165,6 +165,12 @@ fn shown_spreads<'a>(
 ) -> Map<String, Value> {
     text.push_str(&format!("{name}\n"));
     let mut entry = Map::new();
+    // A run that broke its workload's validity rule (a job lost, say) is shown, and flagged.
+    let invalid = runs.clone().filter(|numbers| numbers.get("valid") == Some(&0.0)).count();
+    if invalid > 0 {
+        text.push_str(&format!("  INVALID runs: {invalid} of {}\n", runs.clone().count()));
+        entry.insert("invalid_runs".to_owned(), Value::from(invalid));
+    }
     for &metric in SHOWN {
         let values: Vec<f64> = runs.clone().filter_map(|numbers| numbers.get(metric).copied()).collect();
         if let Some(spread) = Spread::of(&values) {
@@ -231,7 +237,8 @@ fn read_run(dir: &Path, names: &[String], name: &str) -> BenchResult<Option<Numb
         return Err(not_a_run(&format!("has {} repetitions; a session runs each once", reps.len())));
     };
     let fields = rep.as_object().ok_or_else(|| not_a_run("a repetition is not an object"))?;
-    Ok(Some(fields.iter().filter_map(|(metric, value)| Some((metric.clone(), value.as_f64()?))).collect()))
+    let number = |value: &Value| value.as_f64().or_else(|| value.as_bool().map(|valid| f64::from(u8::from(valid))));
+    Ok(Some(fields.iter().filter_map(|(metric, value)| Some((metric.clone(), number(value)?))).collect()))
 }
 
 /// The peer's rates per mode and repetition, from `peer-<rep>.txt`.
@@ -304,16 +311,21 @@ mod tests {
     }
 
     #[test]
-    fn a_repetition_without_its_baseline_gets_no_ratio() {
+    fn a_repetition_without_its_baseline_gets_no_ratio_and_invalid_runs_are_flagged() {
         let dir = tempfile::tempdir().expect("temp dir");
         write_run(dir.path(), "ceiling64-1", &[("jobs_per_s", 100.0)]);
         write_run(dir.path(), "push-batch-1", &[("jobs_per_s", 80.0)]);
         write_run(dir.path(), "push-batch-2", &[("jobs_per_s", 90.0)]);
         write_run(dir.path(), "push-batch-mariadb-1", &[("jobs_per_s", 50.0)]);
+        let invalid = serde_json::json!({"reps": [{"jobs_per_s": 70.0, "valid": false}]});
+        std::fs::write(dir.path().join("push-batch-mariadb-2.json"), invalid.to_string()).expect("write a run");
         let summary = summarize(dir.path()).expect("summary");
+        assert_eq!(summary.json["push-batch-mariadb"]["invalid_runs"], 1);
+        assert!(summary.text.contains("INVALID runs: 1 of 2"), "{}", summary.text);
+        assert!(summary.json["push-batch"].get("invalid_runs").is_none());
         assert_eq!(summary.json["push-batch"]["ratios"]["ceiling64"]["median"], 0.8);
         assert_eq!(summary.json["push-batch"]["jobs_per_s"]["median"], 85, "both reps count for the rate");
-        assert_eq!(summary.json["push-batch-mariadb"]["jobs_per_s"]["median"], 50, "not mixed with push-batch");
+        assert_eq!(summary.json["push-batch-mariadb"]["jobs_per_s"]["max"], 70, "not mixed with push-batch");
     }
 
     #[test]
