@@ -27,8 +27,13 @@ const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(20);
 const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How many more times journal entries are tried once the store is closing.
 const CLOSE_ATTEMPTS: u32 = 3;
-/// How many times a batch the dialect calls retryable is run again at once.
-const RETRYABLE_ATTEMPTS: u32 = 5;
+/// How many times a batch the dialect calls retryable is run again.
+const RETRYABLE_ATTEMPTS: u32 = 8;
+/// The longest pause before running such a batch again. Each pause is drawn at
+/// random below a ceiling that starts at 1 ms and doubles up to this: two nodes
+/// whose batches deadlocked, run again at once, tended to deadlock again, and
+/// under contention six collisions in a row failed a batch now and then.
+const RETRYABLE_PAUSE_MAX: Duration = Duration::from_millis(32);
 
 pub(super) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 pub(super) type InsertOutcomes = Vec<Result<(), StoreError>>;
@@ -188,10 +193,17 @@ impl<D: BatchDialect> WriterTask<D> {
         }
         let started = Instant::now();
         let mut applied = self.apply(&writes).await;
-        for _ in 0..RETRYABLE_ATTEMPTS {
+        for attempt in 0..RETRYABLE_ATTEMPTS {
             match &applied {
                 Err(error) if self.dialect.is_retryable(error) => {
-                    debug!(backend = self.dialect.backend(), cause = %error, "store batch rolled back, running it again");
+                    let pause = retry_pause(attempt);
+                    debug!(
+                        backend = self.dialect.backend(),
+                        cause = %error,
+                        pause_us = pause.as_micros() as u64,
+                        "store batch rolled back, running it again"
+                    );
+                    tokio::time::sleep(pause).await;
                     applied = self.apply(&writes).await;
                 }
                 _ => break,
@@ -285,6 +297,16 @@ impl<D: BatchDialect> WriterTask<D> {
         dialect.commit(tx, &log).await?;
         Ok(outcomes)
     }
+}
+
+/// A random pause below `min(1 ms · 2^attempt, RETRYABLE_PAUSE_MAX)`.
+fn retry_pause(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = Duration::from_millis(1).saturating_mul(1 << attempt.min(16)).min(RETRYABLE_PAUSE_MAX);
+    // No two `RandomState`s share their keys, so the hash of nothing differs every time.
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let ceiling_us = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX).max(1);
+    Duration::from_micros(random % ceiling_us)
 }
 
 /// Inserts the jobs of consecutive insert writes in one dialect call; returns
@@ -461,5 +483,22 @@ impl fmt::Display for SharedError {
 impl StdError for SharedError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         self.0.source()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_pauses_are_random_below_a_doubling_ceiling() {
+        for attempt in 0..RETRYABLE_ATTEMPTS {
+            let ceiling = Duration::from_millis(1 << attempt).min(RETRYABLE_PAUSE_MAX);
+            let pauses: Vec<Duration> = (0..50).map(|_| retry_pause(attempt)).collect();
+            assert!(pauses.iter().all(|pause| *pause < ceiling), "attempt {attempt}: {pauses:?}");
+            let first = pauses[0];
+            assert!(pauses.iter().any(|pause| *pause != first), "attempt {attempt}: not random: {pauses:?}");
+        }
+        assert!(retry_pause(u32::MAX) < RETRYABLE_PAUSE_MAX);
     }
 }
