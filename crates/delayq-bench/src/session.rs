@@ -228,8 +228,7 @@ fn read_run(dir: &Path, names: &[String], name: &str) -> BenchResult<Option<Numb
         return Ok(None);
     }
     let path = dir.join(&file);
-    let text =
-        std::fs::read_to_string(&path).map_err(|error| BenchError::io(format!("read {}", path.display()), error))?;
+    let text = read_text(&path)?;
     let not_a_run = |detail: &str| BenchError::Invalid(format!("{}: {detail}", path.display()));
     let value: Value = serde_json::from_str(&text).map_err(|error| not_a_run(&format!("not JSON: {error}")))?;
     let reps = value.get("reps").and_then(Value::as_array).ok_or_else(|| not_a_run("no reps array"))?;
@@ -241,14 +240,17 @@ fn read_run(dir: &Path, names: &[String], name: &str) -> BenchResult<Option<Numb
     Ok(Some(fields.iter().filter_map(|(metric, value)| Some((metric.clone(), number(value)?))).collect()))
 }
 
+fn read_text(path: &Path) -> BenchResult<String> {
+    std::fs::read_to_string(path).map_err(|error| BenchError::io(format!("read {}", path.display()), error))
+}
+
 /// The peer's rates per mode and repetition, from `peer-<rep>.txt`.
 fn read_peers(dir: &Path, names: &[String]) -> BenchResult<BTreeMap<&'static str, Reps>> {
     let mut peers: BTreeMap<&'static str, Reps> = BTreeMap::new();
     for name in names {
         let Some(rep) = rep_number(name, "peer", ".txt") else { continue };
         let path = dir.join(name);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|error| BenchError::io(format!("read {}", path.display()), error))?;
+        let text = read_text(&path)?;
         for (mode, rate) in peer_rates(&text) {
             peers.entry(mode).or_default().insert(rep, Numbers::from([("jobs_per_s".to_owned(), rate)]));
         }
