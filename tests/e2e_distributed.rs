@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{now_ms, service, unique_name, Client, Server};
+use common::{now_ms, unique_name, Client, Server};
+use delayq_testkit::service;
 use serde_json::{json, Value};
 use sqlx::Connection;
 

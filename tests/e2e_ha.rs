@@ -17,7 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{now_ms, service, unique_name, Client, Server};
+use common::{now_ms, unique_name, Client, Server};
+use delayq_testkit::service;
 use serde_json::{json, Value};
 use sqlx::Connection;
 

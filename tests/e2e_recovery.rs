@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{service, unique_name, Client, Server};
+use common::{unique_name, Client, Server};
+use delayq_testkit::service;
 use serde_json::{json, Value};
 use sqlx::Connection;
 use tokio::net::{TcpListener, TcpStream};

@@ -155,22 +155,6 @@ async fn envelope(response: reqwest::Response) -> Result<(u16, Value), reqwest::
     Ok((status, body))
 }
 
-/// Returns the value of a service variable, or `None` after printing why the
-/// test is skipped; with `DELAYQ_TEST_REQUIRE_SERVICES=1` a missing one fails.
-pub fn service(variable: &str) -> Option<String> {
-    match std::env::var(variable) {
-        Ok(value) if !value.is_empty() => Some(value),
-        _ => {
-            assert!(
-                std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "{variable} is not set but DELAYQ_TEST_REQUIRE_SERVICES=1"
-            );
-            println!("skipped: {variable} not set");
-            None
-        }
-    }
-}
-
 /// A name unique to this test run, for databases and key prefixes.
 pub fn unique_name(stem: &str) -> String {
     format!("{stem}_{}_{}", std::process::id(), now_ms() % 100_000_000)

@@ -457,17 +457,7 @@ mod tests {
     }
 
     fn redis_url() -> Option<String> {
-        match std::env::var("DELAYQ_TEST_REDIS_URL") {
-            Ok(url) if !url.is_empty() => Some(url),
-            _ => {
-                assert!(
-                    std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                    "DELAYQ_TEST_REDIS_URL is not set but DELAYQ_TEST_REQUIRE_SERVICES=1"
-                );
-                println!("skipped: DELAYQ_TEST_REDIS_URL not set");
-                None
-            }
-        }
+        delayq_testkit::service("DELAYQ_TEST_REDIS_URL")
     }
 
     /// Both drivers against the real Redis (and the real redis-benchmark):

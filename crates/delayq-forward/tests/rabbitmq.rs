@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, service, unique_name, Harness};
+use common::{eventually, unique_name, Harness};
 use delayq_common::{JobState, Timestamp};
 use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::RabbitSink;
+use delayq_testkit::service;
 use futures::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,

@@ -15,12 +15,13 @@ use delayq_queue::Scheduler;
 
 mod common;
 
-use common::{connect, job, service_url, unique_prefix};
+use common::{connect, job, unique_prefix};
+use delayq_testkit::service;
 
 const SEEDS_VARIABLE: &str = "DELAYQ_TEST_REDIS_CLUSTER";
 
 async fn redis_cluster() -> Option<Arc<dyn Scheduler>> {
-    let seeds = service_url(SEEDS_VARIABLE)?;
+    let seeds = service(SEEDS_VARIABLE)?;
     Some(Arc::new(connect(&seeds, &unique_prefix()).await))
 }
 
@@ -37,7 +38,7 @@ mod exclusive {
 /// over every shard lands and comes back whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shards_cover_the_cluster() {
-    let Some(seeds) = service_url(SEEDS_VARIABLE) else { return };
+    let Some(seeds) = service(SEEDS_VARIABLE) else { return };
     let scheduler = connect(&seeds, &unique_prefix()).await;
     assert!(scheduler.shards() >= 16, "{} shards", scheduler.shards());
     let topic = Topic::parse("cluster.spread").expect("topic");
@@ -61,7 +62,7 @@ async fn shards_cover_the_cluster() {
 /// the other, through cluster-wide pub/sub.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_signal_each_other_through_the_cluster() {
-    let Some(seeds) = service_url(SEEDS_VARIABLE) else { return };
+    let Some(seeds) = service(SEEDS_VARIABLE) else { return };
     let prefix = unique_prefix();
     let consumer_node = Arc::new(connect(&seeds, &prefix).await);
     // The other node subscribes through another seed first.

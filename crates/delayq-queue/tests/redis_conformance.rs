@@ -15,12 +15,13 @@ use delayq_queue::{QueueError, Scheduler};
 
 mod common;
 
-use common::{connect, job, service_url, topic, unique_prefix};
+use common::{connect, job, topic, unique_prefix};
+use delayq_testkit::service;
 
 const URL_VARIABLE: &str = "DELAYQ_TEST_REDIS_URL";
 
 async fn redis() -> Option<Arc<dyn Scheduler>> {
-    let url = service_url(URL_VARIABLE)?;
+    let url = service(URL_VARIABLE)?;
     Some(Arc::new(connect(&url, &unique_prefix()).await))
 }
 
@@ -37,7 +38,7 @@ mod exclusive {
 /// its long-polling consumer, quickly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_signal_each_other() {
-    let Some(url) = service_url(URL_VARIABLE) else { return };
+    let Some(url) = service(URL_VARIABLE) else { return };
     let prefix = unique_prefix();
     let timer_node = connect(&url, &prefix).await;
     let push_node = connect(&url, &prefix).await;
@@ -75,7 +76,7 @@ async fn nodes_signal_each_other() {
 /// gets its own answer, and of two pushes of one id exactly one gets in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_single_schedules_are_each_answered() {
-    let Some(url) = service_url(URL_VARIABLE) else { return };
+    let Some(url) = service(URL_VARIABLE) else { return };
     let scheduler = Arc::new(connect(&url, &unique_prefix()).await);
     let queue = topic("combined");
     let run_at = Timestamp::now().plus(Duration::from_secs(600));
@@ -109,7 +110,7 @@ async fn concurrent_single_schedules_are_each_answered() {
 /// cannot promote a job its successor already handed out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_leader_is_fenced() {
-    let Some(url) = service_url(URL_VARIABLE) else { return };
+    let Some(url) = service(URL_VARIABLE) else { return };
     let prefix = unique_prefix();
     let old_leader = connect(&url, &prefix).await;
     let new_leader = connect(&url, &prefix).await;
@@ -170,11 +171,8 @@ impl RedisProcess {
             .spawn();
         let child = match spawned {
             Ok(child) => child,
-            Err(error) if std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-                panic!("cannot start redis-server: {error}")
-            }
-            Err(_) => {
-                println!("skipped: redis-server is not on PATH");
+            Err(error) => {
+                delayq_testkit::skip(&format!("cannot start redis-server: {error}"));
                 return None;
             }
         };

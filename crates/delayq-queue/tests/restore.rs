@@ -22,7 +22,7 @@ fn unique(stem: &str) -> String {
 }
 
 async fn redis(prefix: &str) -> Option<Arc<dyn Scheduler>> {
-    let url = common::service_url("DELAYQ_TEST_REDIS_URL")?;
+    let url = delayq_testkit::service("DELAYQ_TEST_REDIS_URL")?;
     Some(Arc::new(common::connect(&url, prefix).await))
 }
 

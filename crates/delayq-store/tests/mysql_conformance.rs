@@ -19,13 +19,7 @@ const URL_VARIABLE: &str = "DELAYQ_TEST_MYSQL_URL";
 /// Returns the server URL, or `None` after printing "skipped" (a failure when
 /// services are required).
 fn mysql_url() -> Option<String> {
-    let url = std::env::var(URL_VARIABLE).ok().filter(|url| !url.trim().is_empty());
-    if url.is_none() {
-        let required = std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").is_ok_and(|value| value == "1");
-        assert!(!required, "{URL_VARIABLE} is not set and DELAYQ_TEST_REQUIRE_SERVICES=1");
-        println!("skipped: {URL_VARIABLE} not set");
-    }
-    url
+    delayq_testkit::service(URL_VARIABLE)
 }
 
 async fn open_scratch(url: &str, node: &str) -> MysqlStore {

@@ -16,22 +16,6 @@ use tempfile::TempDir;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Returns the value of a service variable, or `None` after printing why the
-/// test is skipped; with `DELAYQ_TEST_REQUIRE_SERVICES=1` a missing one fails.
-pub fn service(variable: &str) -> Option<String> {
-    match std::env::var(variable) {
-        Ok(value) if !value.is_empty() => Some(value),
-        _ => {
-            assert!(
-                std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "{variable} is not set but DELAYQ_TEST_REQUIRE_SERVICES=1"
-            );
-            println!("skipped: {variable} not set");
-            None
-        }
-    }
-}
-
 /// A name unique to this test run, for queues, exchanges and topics.
 pub fn unique_name(stem: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();

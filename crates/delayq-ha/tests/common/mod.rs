@@ -20,15 +20,7 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Returns the ZooKeeper connect string, or `None` (test skipped) when it is not configured.
 pub fn zookeeper() -> Option<String> {
-    match std::env::var("DELAYQ_TEST_ZOOKEEPER") {
-        Ok(connect) if !connect.trim().is_empty() => Some(connect),
-        _ => {
-            let required = std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").is_ok_and(|value| value == "1");
-            assert!(!required, "DELAYQ_TEST_ZOOKEEPER not set and DELAYQ_TEST_REQUIRE_SERVICES=1");
-            println!("skipped: DELAYQ_TEST_ZOOKEEPER not set");
-            None
-        }
-    }
+    delayq_testkit::service("DELAYQ_TEST_ZOOKEEPER")
 }
 
 /// Returns a root path no other test (or test run) uses.

@@ -8,21 +8,6 @@ use std::time::Duration;
 use delayq_common::{Due, Job, JobId, JobState, PushRequest, Timestamp, Topic};
 use delayq_queue::{RedisScheduler, RedisSchedulerOptions};
 
-/// Returns the service URL in `variable`; when unset, skips (or fails under
-/// `DELAYQ_TEST_REQUIRE_SERVICES=1`).
-pub fn service_url(variable: &str) -> Option<String> {
-    match std::env::var(variable) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("DELAYQ_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-            panic!("{variable} not set, and DELAYQ_TEST_REQUIRE_SERVICES=1")
-        }
-        _ => {
-            println!("skipped: {variable} not set");
-            None
-        }
-    }
-}
-
 /// A key prefix no other test (or run) uses.
 pub fn unique_prefix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
