@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the README's benchmark session: three interleaved repetitions of the Redis
-# ceiling (pipeline 1 and 64), W1 /push and /push/batch on Redis with the store on
+# ceiling (pipeline 1 and 64), the HTTP floor (refused /push requests) on Redis, W1 /push and /push/batch on Redis with the store on
 # SQLite, W1 /push/batch with the store on MariaDB, and W2 on Redis; then W1 and W2
 # on the embedded server; W1 (single and batch) and W2 over gRPC on Redis, once each;
 # W3 and W4 on Redis. Every server is fresh and every Redis and MariaDB database
@@ -45,6 +45,7 @@ run() { # run <name> <command...>: one measurement, its table in <name>.txt
 for rep in 1 2 3; do
   flush_redis; run "ceiling1-$rep" "$B" ceiling --redis "$R"
   flush_redis; run "ceiling64-$rep" "$B" ceiling --redis "$R" --pipeline 64
+  flush_redis; run "floor-$rep" env DELAYQ_REDIS_URL="$R" "$S" floor --redis-url "$R"
   if [ -n "${PEER_CMD:-}" ]; then
     flush_redis
     bash -c "$PEER_CMD" peer "$rep" >"$out/peer-$rep.txt" 2>&1 || { echo "peer failed:"; cat "$out/peer-$rep.txt"; exit 1; }

@@ -158,6 +158,14 @@ impl BenchClient {
         Ok(status == 200)
     }
 
+    /// Sends one pre-serialized `/push` body; returns the answer's status and body.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`] when the request itself failed.
+    pub(crate) async fn push_status(&self, payload: Bytes) -> BenchResult<(u16, Bytes)> {
+        self.post_json(&self.push_url, payload).await
+    }
+
     /// Pushes a pre-serialized `{"jobs":[…]}` of `job_count` jobs; returns how many were refused.
     ///
     /// # Errors

@@ -11,7 +11,8 @@
 //! - `body`, `pushers`: job bodies and the pre-serialized producer slots.
 //! - `consumers`: long-polling receive slots, receipts and the finishers.
 //! - `workload_push`, `workload_lateness`, `workload_memory`, `workload_burst`: one per workload;
-//!   `workload_ceiling`: the Redis-only baseline the push numbers are divided by.
+//!   `workload_ceiling`: the Redis-only baseline the push numbers are divided by;
+//!   `workload_floor`: the cost of a `/push` round trip before any queue work.
 //! - `client`: the HTTP client; `grpc`: the gRPC client; `procstat`: `/proc` and Redis `INFO` readings.
 //! - `report`: percentiles, tables, the median (min–max) summary and the JSON file.
 //! - `session`: `summarize`, the table of a whole session directory with its ratios.
@@ -29,6 +30,7 @@ mod report;
 mod session;
 mod workload_burst;
 mod workload_ceiling;
+mod workload_floor;
 mod workload_lateness;
 mod workload_memory;
 mod workload_push;
@@ -74,6 +76,9 @@ enum Workload {
     Burst(WorkloadArgs<workload_burst::BurstArgs>),
     /// The baseline: Redis alone, one Lua HSET+ZADD per job (no delayq involved).
     Ceiling(WorkloadArgs<workload_ceiling::CeilingArgs>),
+    /// The HTTP floor: `/push` requests the server refuses (delay -1) before any
+    /// queue work, C in flight: what the transport alone costs here.
+    Floor(WorkloadArgs<workload_floor::FloorArgs>),
 }
 
 /// A workload's own flags plus the flags every workload shares.
@@ -132,6 +137,7 @@ impl Workload {
             Workload::Memory(_) => "memory",
             Workload::Burst(_) => "burst",
             Workload::Ceiling(_) => "ceiling",
+            Workload::Floor(_) => "floor",
         }
     }
 
@@ -142,6 +148,7 @@ impl Workload {
             Workload::Memory(args) => &args.common,
             Workload::Burst(args) => &args.common,
             Workload::Ceiling(args) => &args.common,
+            Workload::Floor(args) => &args.common,
         }
     }
 
@@ -152,6 +159,7 @@ impl Workload {
             Workload::Memory(args) => serde_json::to_value(args),
             Workload::Burst(args) => serde_json::to_value(args),
             Workload::Ceiling(args) => serde_json::to_value(args),
+            Workload::Floor(args) => serde_json::to_value(args),
         };
         params.unwrap_or(serde_json::Value::Null)
     }
@@ -163,6 +171,7 @@ impl Workload {
             Workload::Memory(args) => workload_memory::run(&args.workload, context, topic).await,
             Workload::Burst(args) => workload_burst::run(&args.workload, context, topic).await,
             Workload::Ceiling(args) => workload_ceiling::run(&args.workload, topic).await,
+            Workload::Floor(args) => workload_floor::run(&args.workload, context, topic).await,
         }
     }
 }

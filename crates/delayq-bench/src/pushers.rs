@@ -191,7 +191,7 @@ pub(crate) struct PushStats {
 }
 
 impl PushStats {
-    fn merge(&mut self, other: PushStats) {
+    pub(crate) fn merge(&mut self, other: PushStats) {
         self.latencies_us.extend(other.latencies_us);
         self.refused_jobs += other.refused_jobs;
         self.failed_jobs += other.failed_jobs;

@@ -4,6 +4,9 @@
 //! push series divided, repetition by repetition, by the baseline measured in
 //! the same repetition (the ceiling at pipeline 1 for single pushes, at 64 for
 //! batches; the peer's rate when a peer ran), then the median of those ratios.
+//! The HTTP floor (refused pushes) is divided by the ceiling at pipeline 1, and
+//! single pushes by the floor as well: how much of the ceiling the transport
+//! alone leaves, and how much of that a push keeps.
 //!
 //! Files: `<series>-<rep>.json` for the repeated series, `<run>.json` for the
 //! runs made once, and `peer-<rep>.txt` with lines `<peer> single: jobs_per_s=N`
@@ -46,7 +49,11 @@ struct Repeated {
 const REPEATED: &[Repeated] = &[
     Repeated { name: "ceiling1", baselines: &[] },
     Repeated { name: "ceiling64", baselines: &[] },
-    Repeated { name: "push-single", baselines: &[Baseline::Series("ceiling1"), Baseline::Peer("single")] },
+    Repeated { name: "floor", baselines: &[Baseline::Series("ceiling1")] },
+    Repeated {
+        name: "push-single",
+        baselines: &[Baseline::Series("ceiling1"), Baseline::Peer("single"), Baseline::Series("floor")],
+    },
     Repeated { name: "push-batch", baselines: &[Baseline::Series("ceiling64"), Baseline::Peer("batch")] },
     Repeated { name: "push-batch-mariadb", baselines: &[Baseline::Series("ceiling64"), Baseline::Peer("batch")] },
     Repeated { name: "lateness", baselines: &[] },
@@ -287,6 +294,7 @@ mod tests {
         // Rep 2's ceiling is twice rep 1's: the ratio of each rep uses its own.
         for (rep, ceiling, single, peer) in [(1, 100.0, 40.0, 50.0), (2, 200.0, 60.0, 40.0), (3, 100.0, 30.0, 60.0)] {
             write_run(dir.path(), &format!("ceiling1-{rep}"), &[("jobs_per_s", ceiling)]);
+            write_run(dir.path(), &format!("floor-{rep}"), &[("jobs_per_s", ceiling / 2.0)]);
             write_run(
                 dir.path(),
                 &format!("push-single-{rep}"),
@@ -306,6 +314,9 @@ mod tests {
         assert_eq!(single["ratios"]["ceiling1"], serde_json::json!({"median": 0.3, "min": 0.3, "max": 0.4}));
         // 40/50, 60/40, 30/60.
         assert_eq!(single["ratios"]["peer single"], serde_json::json!({"median": 0.8, "min": 0.5, "max": 1.5}));
+        assert_eq!(summary.json["floor"]["ratios"]["ceiling1"]["median"], 0.5);
+        // 40/50, 60/100, 30/50.
+        assert_eq!(single["ratios"]["floor"], serde_json::json!({"median": 0.6, "min": 0.6, "max": 0.8}));
         assert_eq!(summary.json["peer-single"]["jobs_per_s"]["median"], 50);
         assert_eq!(summary.json["burst"]["drain_ms"]["median"], 3408);
         assert!(summary.text.contains("jobs_per_s / ceiling1, per rep"), "{}", summary.text);

@@ -1,0 +1,145 @@
+//! The HTTP floor: what one request costs on this machine before any queue work.
+//!
+//! N requests, C in flight, exactly as W1's single pushes (the same driver, the
+//! same 100-byte job, the same connections), except that each job carries
+//! `"delay":-1`: the server reads the whole request, parses and validates the
+//! job, and answers 400 naming `delay` without touching the store or the
+//! scheduler. Its rate bounds what any `/push` can reach here, since a push
+//! does all of this and then stores and schedules the job; divided by the
+//! ceiling of the same repetition it tells how much of the ceiling the
+//! transport alone leaves.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use clap::Args;
+use serde::Serialize;
+use tokio::task::JoinSet;
+
+use crate::body::job_body;
+use crate::client::BenchClient;
+use crate::clock::now_ms;
+use crate::error::{BenchError, BenchResult};
+use crate::pushers::PushStats;
+use crate::report::Metrics;
+use crate::workload_push::{record_push_stats, record_throughput};
+use crate::RunContext;
+
+/// The status a refused job gets.
+const REFUSED: u16 = 400;
+
+/// Parameters of the floor.
+#[derive(Args, Clone, Debug, Serialize)]
+pub(crate) struct FloorArgs {
+    /// Requests to send.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) n: usize,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) concurrency: usize,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) body_bytes: usize,
+}
+
+/// Returns the `/push` payload of job `index` that the server refuses for its delay.
+fn refused_item(topic: &str, index: u64, body_bytes: usize) -> BenchResult<Bytes> {
+    let topic = serde_json::Value::from(topic).to_string();
+    let body = serde_json::Value::from(job_body(index, 0, body_bytes)?).to_string();
+    Ok(Bytes::from(format!("{{\"topic\":{topic},\"delay\":-1,\"body\":{body}}}")))
+}
+
+/// Runs the floor once on `topic` (which never gets a job).
+///
+/// # Errors
+/// Returns invalid parameters or a failure before the timed phase.
+pub(crate) async fn run(args: &FloorArgs, context: &RunContext, topic: &str) -> BenchResult<Metrics> {
+    if args.n == 0 || args.concurrency == 0 {
+        return Err(BenchError::Invalid("need n > 0 and concurrency > 0".into()));
+    }
+    let items =
+        (0..args.n as u64).map(|index| refused_item(topic, index, args.body_bytes)).collect::<Result<Vec<_>, _>>()?;
+    let client = BenchClient::new(&context.server, args.concurrency)?;
+    client.open_connections(args.concurrency).await?;
+    // The warm-up and a check that the server refuses these requests as expected.
+    let (status, answer) = client.push_status(items[0].clone()).await?;
+    if status != REFUSED {
+        return Err(BenchError::Protocol {
+            from: "/push".into(),
+            detail: format!("a job with delay -1 got {status}, not {REFUSED}: {}", String::from_utf8_lossy(&answer)),
+        });
+    }
+
+    let items = Arc::new(items);
+    let next = Arc::new(AtomicUsize::new(0));
+    let cpu_before = context.probes.cpu_snapshot().await;
+    let start_ms = now_ms();
+    let mut slots = JoinSet::new();
+    for _ in 0..args.concurrency {
+        let (client, items, next) = (client.clone(), Arc::clone(&items), Arc::clone(&next));
+        slots.spawn(async move { floor_slot(&client, &items, &next).await });
+    }
+    let mut stats = PushStats::default();
+    while let Some(joined) = slots.join_next().await {
+        match joined {
+            Ok(slot) => stats.merge(slot),
+            Err(error) => eprintln!("a floor slot died: {error}"),
+        }
+    }
+    let end_ms = now_ms();
+    let cpu_after = context.probes.cpu_snapshot().await;
+
+    let mut metrics = Metrics::default();
+    metrics.set("n", args.n as f64);
+    metrics.set("requests", args.n as f64);
+    record_throughput(&mut metrics, args.n, start_ms, end_ms);
+    record_push_stats(&mut metrics, &stats);
+    for (name, value) in cpu_before.micros_per_job(&cpu_after, args.n) {
+        metrics.set_some(name, value);
+    }
+    // Valid when every request got its 400 (an error here is anything else).
+    metrics.valid = stats.job_errors() == 0;
+    Ok(metrics)
+}
+
+/// One slot: sends the next item until none is left; a request that fails or is
+/// answered with anything but 400 counts as an error.
+async fn floor_slot(client: &BenchClient, items: &[Bytes], next: &AtomicUsize) -> PushStats {
+    let mut stats = PushStats { latencies_us: Vec::with_capacity(items.len() / 16 + 1), ..PushStats::default() };
+    loop {
+        let index = next.fetch_add(1, Ordering::Relaxed);
+        let Some(item) = items.get(index) else { break };
+        let sent_at = Instant::now();
+        let outcome = client.push_status(item.clone()).await;
+        stats.latencies_us.push(sent_at.elapsed().as_micros() as u64);
+        match outcome {
+            Ok((REFUSED, _)) => {}
+            Ok(_) => stats.refused_jobs += 1,
+            Err(error) => {
+                if stats.failed_requests == 0 {
+                    eprintln!("floor request failed: {error}");
+                }
+                stats.failed_requests += 1;
+                stats.failed_jobs += 1;
+            }
+        }
+    }
+    stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refused_item_is_a_push_with_a_negative_delay() {
+        let Ok(item) = refused_item("t-1", 7, 100) else { panic!("fits") };
+        let Ok(item) = serde_json::from_slice::<serde_json::Value>(&item) else { panic!("json") };
+        assert_eq!(item["topic"], "t-1");
+        assert_eq!(item["delay"], -1);
+        assert!(item["body"].as_str().is_some_and(|body| body.len() == 100 && body.starts_with("{\"i\":7,")));
+        assert!(refused_item("t", 0, 5).is_err(), "too small a body is refused");
+    }
+}
