@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the README's benchmark session: three interleaved repetitions of the Redis
-# ceiling (pipeline 1 and 64), the HTTP floor (refused /push requests) on Redis, W1 /push and /push/batch on Redis with the store on
-# SQLite, W1 /push/batch with the store on MariaDB, and W2 on Redis; then W1 and W2
+# ceiling (pipeline 1 and 64), the HTTP floor (refused /push requests) on Redis, W1
+# /push and /push/batch on Redis with the store on SQLite, W1 /push/batch with the
+# store on MariaDB, and W2 on Redis; then W1 and W2
 # on the embedded server; W1 (single and batch) and W2 over gRPC on Redis, once each;
 # W3 and W4 on Redis. Every server is fresh and every Redis and MariaDB database
 # emptied before its run (the Redis is FLUSHALLed: use one that holds nothing else).
