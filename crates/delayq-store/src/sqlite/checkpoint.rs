@@ -36,9 +36,9 @@ pub(super) const INTERVAL: Duration = Duration::from_millis(10);
 /// it stays at 17 MB. In seven interleaved pairs on fresh servers the lateness
 /// p99 was lower in six and equal in one (median 3 against 5 ms; max 7 against
 /// 9 ms) for about 5% more server CPU per job (220 against 210 µs); push
-/// throughput was 2–3% lower, within the noise of three pairs each. 4,096 frames with passes every 100 ms
-/// gave p99 4 ms but a longer tail (max 10 ms), the writer copying up to 100 ms
-/// of commits itself. (At 8,192 frames, in a build before this one, commits
+/// throughput was 2–3% lower, within the noise of three pairs each. 4,096
+/// frames with passes every 100 ms gave p99 4 ms but a longer tail (max 10 ms),
+/// the writer copying up to 100 ms of commits itself. (At 8,192 frames, in a build before this one, commits
 /// that each retried a checkpoint took 15–40 ms; that was not seen here.)
 pub(super) const WRITER_THRESHOLD_PAGES: u32 = 4_096;
 
