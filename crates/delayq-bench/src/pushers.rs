@@ -88,10 +88,16 @@ pub(crate) enum Producer {
     Grpc(GrpcClient),
 }
 
+/// The status the server answers a job it refuses with.
+pub(crate) const REFUSED_STATUS: u16 = 400;
+
 /// A unit's request, ready to send.
 enum Payload {
     /// A `/push` body.
     Item(Bytes),
+    /// A `/push` body the server must refuse with [`REFUSED_STATUS`] (the HTTP
+    /// floor); any other answer counts as a refused job, that is, an error.
+    RefusedItem(Bytes),
     /// A `/push/batch` body.
     Batch(Bytes),
     /// A `Push` message.
@@ -167,6 +173,13 @@ pub(crate) fn build_units(
     Ok(units)
 }
 
+impl PushUnit {
+    /// Returns a unit of one `/push` body that the server must refuse (see [`Payload::RefusedItem`]).
+    pub(crate) fn refused(payload: Bytes) -> PushUnit {
+        PushUnit { payload: Payload::RefusedItem(payload), job_count: 1, due_ms: Vec::new() }
+    }
+}
+
 fn run_at_of(due: DueTime) -> u64 {
     match due {
         DueTime::RunAtMs(run_at_ms) => run_at_ms,
@@ -191,7 +204,7 @@ pub(crate) struct PushStats {
 }
 
 impl PushStats {
-    pub(crate) fn merge(&mut self, other: PushStats) {
+    fn merge(&mut self, other: PushStats) {
         self.latencies_us.extend(other.latencies_us);
         self.refused_jobs += other.refused_jobs;
         self.failed_jobs += other.failed_jobs;
@@ -211,6 +224,9 @@ impl Producer {
         match (self, &unit.payload) {
             (Producer::Http(client), Payload::Item(payload)) => {
                 client.push(payload.clone()).await.map(|accepted| usize::from(!accepted))
+            }
+            (Producer::Http(client), Payload::RefusedItem(payload)) => {
+                client.push_status(payload.clone()).await.map(|(status, _)| usize::from(status != REFUSED_STATUS))
             }
             (Producer::Http(client), Payload::Batch(payload)) => {
                 client.push_batch(payload.clone(), unit.job_count).await

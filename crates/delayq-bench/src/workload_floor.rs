@@ -9,26 +9,20 @@
 //! ceiling of the same repetition it tells how much of the ceiling the
 //! transport alone leaves.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use clap::Args;
 use serde::Serialize;
-use tokio::task::JoinSet;
 
 use crate::body::job_body;
 use crate::client::BenchClient;
 use crate::clock::now_ms;
 use crate::error::{BenchError, BenchResult};
-use crate::pushers::PushStats;
+use crate::pushers::{push_all, Producer, PushUnit, REFUSED_STATUS};
 use crate::report::Metrics;
 use crate::workload_push::{record_push_stats, record_throughput};
 use crate::RunContext;
-
-/// The status a refused job gets.
-const REFUSED: u16 = 400;
 
 /// Parameters of the floor.
 #[derive(Args, Clone, Debug, Serialize)]
@@ -65,29 +59,21 @@ pub(crate) async fn run(args: &FloorArgs, context: &RunContext, topic: &str) -> 
     client.open_connections(args.concurrency).await?;
     // The warm-up and a check that the server refuses these requests as expected.
     let (status, answer) = client.push_status(items[0].clone()).await?;
-    if status != REFUSED {
+    if status != REFUSED_STATUS {
         return Err(BenchError::Protocol {
             from: "/push".into(),
-            detail: format!("a job with delay -1 got {status}, not {REFUSED}: {}", String::from_utf8_lossy(&answer)),
+            detail: format!(
+                "a job with delay -1 got {status}, not {REFUSED_STATUS}: {}",
+                String::from_utf8_lossy(&answer)
+            ),
         });
     }
+    let units = Arc::new(items.into_iter().map(PushUnit::refused).collect::<Vec<_>>());
 
-    let items = Arc::new(items);
-    let next = Arc::new(AtomicUsize::new(0));
     let cpu_before = context.probes.cpu_snapshot().await;
     let start_ms = now_ms();
-    let mut slots = JoinSet::new();
-    for _ in 0..args.concurrency {
-        let (client, items, next) = (client.clone(), Arc::clone(&items), Arc::clone(&next));
-        slots.spawn(async move { floor_slot(&client, &items, &next).await });
-    }
-    let mut stats = PushStats::default();
-    while let Some(joined) = slots.join_next().await {
-        match joined {
-            Ok(slot) => stats.merge(slot),
-            Err(error) => eprintln!("a floor slot died: {error}"),
-        }
-    }
+    // Sent as W1 sends its single pushes; an answer other than 400 counts as a refused job.
+    let stats = push_all(&Producer::Http(client), units, args.concurrency).await;
     let end_ms = now_ms();
     let cpu_after = context.probes.cpu_snapshot().await;
 
@@ -99,34 +85,9 @@ pub(crate) async fn run(args: &FloorArgs, context: &RunContext, topic: &str) -> 
     for (name, value) in cpu_before.micros_per_job(&cpu_after, args.n) {
         metrics.set_some(name, value);
     }
-    // Valid when every request got its 400 (an error here is anything else).
+    // Valid when every request got its 400.
     metrics.valid = stats.job_errors() == 0;
     Ok(metrics)
-}
-
-/// One slot: sends the next item until none is left; a request that fails or is
-/// answered with anything but 400 counts as an error.
-async fn floor_slot(client: &BenchClient, items: &[Bytes], next: &AtomicUsize) -> PushStats {
-    let mut stats = PushStats { latencies_us: Vec::with_capacity(items.len() / 16 + 1), ..PushStats::default() };
-    loop {
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        let Some(item) = items.get(index) else { break };
-        let sent_at = Instant::now();
-        let outcome = client.push_status(item.clone()).await;
-        stats.latencies_us.push(sent_at.elapsed().as_micros() as u64);
-        match outcome {
-            Ok((REFUSED, _)) => {}
-            Ok(_) => stats.refused_jobs += 1,
-            Err(error) => {
-                if stats.failed_requests == 0 {
-                    eprintln!("floor request failed: {error}");
-                }
-                stats.failed_requests += 1;
-                stats.failed_jobs += 1;
-            }
-        }
-    }
-    stats
 }
 
 #[cfg(test)]
