@@ -15,5 +15,6 @@ pub mod model;
 pub use forward::{ForwardConfig, RouteConfig};
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use model::{
-    AuthConfig, Config, JobsConfig, LimitsConfig, SchedulerConfig, ServerConfig, StoreConfig, ZookeeperConfig,
+    AuthConfig, Config, JobsConfig, LimitsConfig, SchedulerConfig, ServerConfig, SqliteSynchronous, StoreConfig,
+    ZookeeperConfig,
 };

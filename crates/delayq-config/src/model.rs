@@ -27,6 +27,20 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 pub const DEFAULT_ZOOKEEPER_ROOT: &str = "/delayq";
 /// The default ZooKeeper session timeout.
 pub const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS: u64 = 6_000;
+/// How long a client may take to send a request's headers before its connection is closed.
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// How long a request (other than a long-poll, bounded by its own timeout) may take.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// The most HTTP connections open at once; further ones wait to be accepted.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
+/// The most long-poll waiters (REST `/pop` with a timeout, gRPC `Subscribe` streams) at once.
+pub const DEFAULT_MAX_WAITERS: usize = 4_096;
+/// The largest `result` a `/finish` may store, in bytes.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
+/// How long an ended job (and its history) is kept before it is purged: 7 days.
+pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
+/// The most state changes the background journal holds while the database is unreachable.
+pub const DEFAULT_JOURNAL_MAX: usize = 100_000;
 
 /// The whole configuration.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +81,13 @@ pub struct ServerConfig {
     /// Threads that serve requests and run the timers; `None`: one fewer than
     /// the machine has cores, at least one (see [`ServerConfig::worker_threads`]).
     pub worker_threads: Option<usize>,
+    /// How long a client may take to send a request's headers, in ms; the
+    /// connection is closed after it.
+    pub header_read_timeout_ms: u64,
+    /// How long any request but a long-poll may take, in ms.
+    pub request_timeout_ms: u64,
+    /// The most HTTP connections open at once.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +99,9 @@ impl Default for ServerConfig {
             node_id: None,
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
             worker_threads: None,
+            header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -138,11 +162,44 @@ impl Default for SchedulerConfig {
 }
 
 /// The durable store backend.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     /// `mysql://…` or `sqlite://…`; unset: SQLite in the data directory (`DELAYQ_DATABASE_URL`).
     pub database_url: Option<String>,
+    /// How SQLite syncs a commit to disk: `full` (the default) survives an OS
+    /// crash or power cut; `normal` may lose the last commits (acknowledged
+    /// pushes included) on one, in exchange for fewer fsyncs.
+    pub sqlite_synchronous: SqliteSynchronous,
+    /// How long an ended job and its history are kept, in ms; `0` keeps them forever.
+    pub retention_ms: u64,
+    /// The most state changes the background journal holds while the database
+    /// is unreachable; past it, operations that journal answer 503.
+    pub journal_max: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> StoreConfig {
+        StoreConfig {
+            database_url: None,
+            sqlite_synchronous: SqliteSynchronous::default(),
+            retention_ms: DEFAULT_RETENTION_MS,
+            journal_max: DEFAULT_JOURNAL_MAX,
+        }
+    }
+}
+
+/// SQLite's `synchronous` setting for the embedded store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SqliteSynchronous {
+    /// Every commit is synced before it is acknowledged: nothing acknowledged
+    /// is lost on power loss.
+    #[default]
+    Full,
+    /// Commits are synced at checkpoints only: an OS crash or power cut may
+    /// lose the last acknowledged commits (a process crash does not).
+    Normal,
 }
 
 /// Leader election through ZooKeeper.
@@ -177,6 +234,11 @@ pub struct LimitsConfig {
     pub max_delay_ms: u64,
     /// The largest HTTP request body, in bytes (413 above it).
     pub max_request_bytes: usize,
+    /// The largest `result` of a `/finish`, in bytes (413 above it).
+    pub max_result_bytes: usize,
+    /// The most long-poll waiters at once (REST `/pop` with a timeout, gRPC
+    /// `Subscribe` streams); past it, 503.
+    pub max_waiters: usize,
 }
 
 impl Default for LimitsConfig {
@@ -186,6 +248,8 @@ impl Default for LimitsConfig {
             max_body_bytes: limits.max_body_bytes,
             max_delay_ms: limits.max_delay.as_millis() as u64,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            max_waiters: DEFAULT_MAX_WAITERS,
         }
     }
 }
@@ -240,11 +304,25 @@ impl JobsConfig {
 }
 
 /// Bearer-token authentication; off while both lists are empty.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// Tokens that may use every route but the admin ones.
     pub tokens: Vec<String>,
     /// Tokens that may use every route, admin ones (`/reStore*`, `/clearAll`) included.
     pub admin_tokens: Vec<String>,
+    /// Lets a node listen beyond loopback without tokens. Off by default: such
+    /// a node refuses to start, so that nobody who can reach the port can clear the queue.
+    pub allow_unauthenticated: bool,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    /// Shows how many tokens there are, never the tokens.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("tokens", &self.tokens.len())
+            .field("admin_tokens", &self.admin_tokens.len())
+            .field("allow_unauthenticated", &self.allow_unauthenticated)
+            .finish()
+    }
 }
