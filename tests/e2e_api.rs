@@ -57,7 +57,8 @@ async fn push_pop_finish_round_trip() {
     assert_eq!(history.last(), Some(&"finished"), "{history:?}");
 
     let (status, again) = client.post_empty(&format!("/finish?jobId={id}")).await.expect("finish again");
-    assert_eq!(status, 404, "a finished job is no longer live: {again}");
+    assert_eq!(status, 409, "a finished job is a conflict naming its state: {again}");
+    assert_eq!(again["message"], format!("job {id} is finished, not reserved"));
     assert_eq!(again["success"], false);
 
     let (status, metrics) = client.get_text("/metrics").await.expect("metrics");

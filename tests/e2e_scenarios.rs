@@ -444,21 +444,21 @@ impl Face for Grpc {
     }
 
     async fn finish(&self, id: &str, result: Option<&str>) -> Outcome<()> {
-        let message = pb::FinishRequest { id: id.to_owned(), result: result.map(str::to_owned) };
+        let message = pb::FinishRequest { id: id.to_owned(), result: result.map(str::to_owned), attempt: None };
         let reply = self.client.clone().finish(self.request(message)).await.map_err(failure)?.into_inner();
         assert_eq!(reply.id, id);
         Ok(())
     }
 
     async fn nack(&self, id: &str, delay_ms: Option<i64>) -> Outcome<Nacked> {
-        let message = pb::NackRequest { id: id.to_owned(), delay_ms };
+        let message = pb::NackRequest { id: id.to_owned(), delay_ms, attempt: None };
         let reply = self.client.clone().nack(self.request(message)).await.map_err(failure)?.into_inner();
         assert_eq!(reply.id, id);
         Ok(Nacked { run_at: reply.run_at, state: state_name(reply.state) })
     }
 
     async fn touch(&self, id: &str) -> Outcome<()> {
-        let message = pb::TouchRequest { id: id.to_owned() };
+        let message = pb::TouchRequest { id: id.to_owned(), attempt: None };
         let reply = self.client.clone().touch(self.request(message)).await.map_err(failure)?.into_inner();
         assert_eq!(reply.id, id);
         Ok(())
@@ -647,7 +647,7 @@ async fn refusals<F: Face>(face: &F, tag: &str, t: &mut Transcript) {
     t.refused("nack negative delay", nack, Kind::Invalid, "delay must be >= 0");
 
     let unknown = format!("{tag}-nope");
-    let not_live = "no live job <tag>-nope";
+    let not_live = "no job <tag>-nope";
     t.refused("finish unknown", face.finish(&unknown, None).await, Kind::NotFound, not_live);
     t.refused("nack unknown", face.nack(&unknown, None).await, Kind::NotFound, not_live);
     t.refused("touch unknown", face.touch(&unknown).await, Kind::NotFound, not_live);
@@ -744,7 +744,7 @@ async fn pop_with_count<F: Face>(face: &F, tag: &str, t: &mut Transcript) {
     t.ok("finish p0 with result", face.finish(&p0, Some("done")).await);
     t.ok("finish p1", face.finish(&format!("{tag}-p1"), None).await);
     t.ok("finish p2", face.finish(&format!("{tag}-p2"), None).await);
-    t.refused("finish twice", face.finish(&p0, None).await, Kind::NotFound, "no live job <tag>-p0");
+    t.refused("finish twice", face.finish(&p0, None).await, Kind::WrongState, "job <tag>-p0 is finished, not reserved");
     let details = settled_details(face, &p0, |details| states(details).last() == Some(&"finished")).await;
     t.note("finished job", (&details.state, details.attempt, &details.result, &details.history));
     assert_eq!(details.state, "finished");
@@ -843,13 +843,14 @@ async fn delete_and_restore<F: Face>(face: &F, tag: &str, t: &mut Transcript) {
     let details = settled_details(face, &id, |details| states(details).last() == Some(&"deleted")).await;
     t.note("deleted job", (&details.state, &details.history));
     assert_eq!(details.state, "deleted");
-    t.refused("delete twice", face.delete(&id).await, Kind::NotFound, "no live job <tag>-gone");
+    t.refused("delete twice", face.delete(&id).await, Kind::WrongState, "job <tag>-gone is deleted");
 
     let reserved_id = format!("{tag}-busy");
     t.ok("push to delete while reserved", face.push(&NewJob::new(&topic, "b").id(&reserved_id)).await);
     t.ok("pop to delete", face.pop(&topic, Some(1), Some(5_000)).await);
     t.ok("delete reserved", face.delete(&reserved_id).await);
-    t.refused("finish deleted", face.finish(&reserved_id, None).await, Kind::NotFound, "no live job <tag>-busy");
+    let deleted = face.finish(&reserved_id, None).await;
+    t.refused("finish deleted", deleted, Kind::WrongState, "job <tag>-busy is deleted, not reserved");
 
     let keyed = NewJob { biz_key: Some("k1".into()), delay_ms: Some(60_000), ..NewJob::new(&topic, "k") };
     t.ok("push keyed", face.push(&keyed).await);

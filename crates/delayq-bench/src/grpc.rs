@@ -86,7 +86,7 @@ impl GrpcClient {
     /// # Errors
     /// Returns [`BenchError::Http`] when the call itself failed.
     pub(crate) async fn finish(&self, job_id: String) -> BenchResult<bool> {
-        self.accepted(self.client.clone().finish(FinishRequest { id: job_id, result: None }).await)
+        self.accepted(self.client.clone().finish(FinishRequest { id: job_id, result: None, attempt: None }).await)
     }
 
     /// `Ok(true)` for an answer, `Ok(false)` for a refusal, else the call's failure.

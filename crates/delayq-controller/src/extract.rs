@@ -77,6 +77,15 @@ impl Params {
         }
     }
 
+    /// Returns the optional `attempt`: the delivery a consumer holds, as its pop returned it.
+    pub(crate) fn optional_attempt(&self) -> Result<Option<u32>, ApiError> {
+        if self.get("attempt").is_none() {
+            return Ok(None);
+        }
+        let attempt = self.integer_in("attempt", 1, u64::from(u32::MAX), 1)?;
+        Ok(Some(u32::try_from(attempt).map_err(|_| ApiError::invalid("attempt is too large"))?))
+    }
+
     /// Returns an optional duration in milliseconds, `>= 0`.
     pub(crate) fn optional_millis(&self, name: &'static str) -> Result<Option<Duration>, ApiError> {
         let Some(text) = self.get(name) else {

@@ -78,15 +78,16 @@ pub(crate) async fn pop(State(state): State<AppState>, params: Params) -> ApiRes
     ok(jobs.into_iter().map(PoppedJob::from).collect::<Vec<_>>())
 }
 
-/// `POST /finish?jobId=`: acknowledges a reserved job, with an optional `{"result"}`.
+/// `POST /finish?jobId=&attempt=`: acknowledges a reserved job, with an optional `{"result"}`.
 pub(crate) async fn finish(
     State(state): State<AppState>,
     params: Params,
     OptionalJsonObject(fields): OptionalJsonObject,
 ) -> ApiResult {
     let id = params.job_id()?;
+    let attempt = params.optional_attempt()?;
     let result = finish_result(fields)?;
-    finish_job(&state, &id, result).await
+    finish_job(&state, &id, attempt, result).await
 }
 
 /// Reads the optional `result` of a finish body.
@@ -98,24 +99,26 @@ pub(crate) fn finish_result(fields: Option<Map<String, Value>>) -> Result<Option
     }
 }
 
-/// Finishes a job, saying "not reserved" when it is in another state.
-pub(crate) async fn finish_job(state: &AppState, id: &JobId, result: Option<String>) -> ApiResult {
-    state.queue.finish(id, result).await.map_err(not_reserved)?;
+/// Finishes a job (of delivery `attempt` when given), saying "not reserved" when it is in another state.
+pub(crate) async fn finish_job(state: &AppState, id: &JobId, attempt: Option<u32>, result: Option<String>) -> ApiResult {
+    state.queue.finish(id, attempt, result).await.map_err(not_reserved)?;
     ok(IdView::of(id))
 }
 
-/// `POST /nack?jobId=&delay=`: gives a reserved job back for a retry.
+/// `POST /nack?jobId=&delay=&attempt=`: gives a reserved job back for a retry.
 pub(crate) async fn nack(State(state): State<AppState>, params: Params) -> ApiResult {
     let id = params.job_id()?;
+    let attempt = params.optional_attempt()?;
     let delay = params.optional_millis("delay")?;
-    let job = state.queue.nack(&id, delay).await.map_err(not_reserved)?;
+    let job = state.queue.nack(&id, attempt, delay).await.map_err(not_reserved)?;
     ok(NackedView::from(job))
 }
 
-/// `POST /touch?jobId=`: restarts the ttr clock of a reserved job.
+/// `POST /touch?jobId=&attempt=`: restarts the ttr clock of a reserved job.
 pub(crate) async fn touch(State(state): State<AppState>, params: Params) -> ApiResult {
     let id = params.job_id()?;
-    state.queue.touch(&id).await.map_err(not_reserved)?;
+    let attempt = params.optional_attempt()?;
+    state.queue.touch(&id, attempt).await.map_err(not_reserved)?;
     ok(IdView::of(&id))
 }
 

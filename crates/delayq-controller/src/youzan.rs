@@ -68,7 +68,7 @@ pub(crate) async fn finish(
 ) -> ApiResult {
     let id = job_of_topic(&state, &topic, &id).await?;
     let result = finish_result(fields)?;
-    finish_job(&state, &id, result).await
+    finish_job(&state, &id, None, result).await
 }
 
 /// Validates the path and checks that the job belongs to the path's topic,
@@ -77,8 +77,11 @@ async fn job_of_topic(state: &AppState, topic: &str, id: &str) -> Result<JobId, 
     let topic = Topic::parse(topic)?;
     let id = parse_job_id("id", id)?;
     let details = state.queue.get(&id).await?;
-    if details.job.topic != topic || details.job.state.is_terminal() {
-        return Err(ApiError::new(ErrorKind::NotFound, format!("no live job {id} in topic {topic}")));
+    if details.job.topic != topic {
+        return Err(ApiError::new(ErrorKind::NotFound, format!("no job {id} in topic {topic}")));
+    }
+    if details.job.state.is_terminal() {
+        return Err(ApiError::new(ErrorKind::Conflict, format!("job {id} is {}", details.job.state)));
     }
     Ok(id)
 }

@@ -120,6 +120,38 @@ async fn nack_redelivers_with_a_higher_attempt_and_dead_when_out_of_retries() {
 }
 
 #[tokio::test]
+async fn an_ended_job_is_a_conflict_naming_its_state_and_an_unknown_one_a_404() {
+    let app = TestApp::new().await;
+    let id = app.push(json!({"topic": "ended", "body": "b"})).await;
+    app.pop("ended", 1, 2000).await;
+    let finished = app.post(&format!("/finish?jobId={id}"), None).await;
+    assert_eq!(finished.status, StatusCode::OK, "{}", finished.body);
+    let again = app.post(&format!("/finish?jobId={id}"), None).await;
+    again.assert_error(StatusCode::CONFLICT, &format!("job {id} is finished, not reserved"));
+    app.get(&format!("/delete?jobId={id}")).await.assert_error(StatusCode::CONFLICT, &format!("job {id} is finished"));
+    app.post("/touch?jobId=never-was", None).await.assert_error(StatusCode::NOT_FOUND, "no job never-was");
+    app.get("/delete?jobId=never-was").await.assert_error(StatusCode::NOT_FOUND, "no job never-was");
+}
+
+#[tokio::test]
+async fn a_named_attempt_acts_only_on_that_delivery() {
+    let app = TestApp::new().await;
+    let id = app.push(json!({"topic": "deliveries", "body": "b"})).await;
+    let popped = app.pop("deliveries", 1, 2000).await;
+    assert_eq!(popped[0]["attempt"], 1);
+    for operation in ["finish", "nack", "touch"] {
+        let stale = app.post(&format!("/{operation}?jobId={id}&attempt=2"), None).await;
+        stale.assert_error(StatusCode::CONFLICT, &format!("job {id} is at attempt 1, not 2"));
+    }
+    app.post(&format!("/finish?jobId={id}&attempt=0"), None).await.assert_error(StatusCode::BAD_REQUEST, "attempt");
+    app.post(&format!("/finish?jobId={id}&attempt=x"), None).await.assert_error(StatusCode::BAD_REQUEST, "attempt");
+    let touched = app.post(&format!("/touch?jobId={id}&attempt=1"), None).await;
+    assert_eq!(touched.status, StatusCode::OK, "{}", touched.body);
+    let finished = app.post(&format!("/finish?jobId={id}&attempt=1"), None).await;
+    assert_eq!(finished.status, StatusCode::OK, "{}", finished.body);
+}
+
+#[tokio::test]
 async fn touch_needs_a_reserved_job() {
     let app = TestApp::new().await;
     let id = app.push(json!({"topic": "t", "body": "b"})).await;
@@ -136,7 +168,7 @@ async fn delete_accepts_three_id_spellings_both_methods_and_biz_keys() {
         let id = app.push(json!({"topic": "t", "body": "b", "delay": 60000})).await;
         let reply = app.send(method, &format!("/delete?{param}={id}"), None, None).await;
         assert_eq!((reply.status, reply.data()), (StatusCode::OK, &json!({"id": id})), "{param}");
-        app.get(&format!("/delete?{param}={id}")).await.assert_error(StatusCode::NOT_FOUND, &id);
+        app.get(&format!("/delete?{param}={id}")).await.assert_error(StatusCode::CONFLICT, &format!("job {id} is deleted"));
     }
     let id = app.push(json!({"topic": "t", "body": "b", "bizKey": "order-9"})).await;
     let reply = app.get("/delete?topic=t&bizKey=order-9").await;

@@ -63,7 +63,7 @@ async fn put_finishes_and_delete_cancels_within_the_topic() {
     let deleted = app.send(Method::DELETE, &format!("/topic/yz/job/{remaining}"), None, None).await;
     assert_eq!((deleted.status, deleted.data()), (StatusCode::OK, &json!({"id": remaining})));
     let again = app.send(Method::DELETE, &format!("/topic/yz/job/{remaining}"), None, None).await;
-    assert_eq!(again.status, StatusCode::NOT_FOUND);
+    again.assert_error(StatusCode::CONFLICT, &format!("job {remaining} is deleted"));
     let unknown = app.send(Method::PUT, "/topic/yz/job/ghost", None, None).await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
 }

@@ -67,6 +67,11 @@ pub(crate) enum ClientCommand {
         /// The job id.
         #[arg(long)]
         id: String,
+        /// The delivery being acknowledged (the `attempt` the pop printed): a
+        /// delivery that is no longer current is refused instead of finishing
+        /// the job under another consumer.
+        #[arg(long)]
+        attempt: Option<u32>,
     },
     /// Shows the server's counts.
     Stats {

@@ -23,8 +23,12 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
             ]);
             send(authorized(request, &server)).await?
         }
-        ClientCommand::Finish { server, id } => {
-            send(authorized(http.post(url(&server, "/finish")).query(&[("jobId", id)]), &server)).await?
+        ClientCommand::Finish { server, id, attempt } => {
+            let mut query = vec![("jobId", id)];
+            if let Some(attempt) = attempt {
+                query.push(("attempt", attempt.to_string()));
+            }
+            send(authorized(http.post(url(&server, "/finish")).query(&query), &server)).await?
         }
         ClientCommand::Stats { server } => send(authorized(http.get(url(&server, "/stats")), &server)).await?,
     };

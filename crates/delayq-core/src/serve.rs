@@ -40,6 +40,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         defaults: config.jobs.job_defaults(),
         retry: config.jobs.retry_policy(),
         promote_batch: config.scheduler.promote_batch,
+        max_waiters: config.limits.max_waiters,
         ..QueueSettings::default()
     };
     // Under ZooKeeper the worker id is claimed there, so two live nodes never share one.

@@ -9,8 +9,8 @@ pub enum QueueError {
     /// The request is invalid; nothing changed.
     #[error(transparent)]
     Invalid(#[from] InvalidField),
-    /// No live job with this id.
-    #[error("no live job {0}")]
+    /// No job with this id, live or ended.
+    #[error("no job {0}")]
     NotFound(JobId),
     /// No live job of the topic has this business key.
     #[error("no live job of topic {topic} has bizKey {biz_key}")]
@@ -27,6 +27,22 @@ pub enum QueueError {
         id: JobId,
         /// Its current state.
         state: JobState,
+    },
+    /// A finish, nack or touch named a delivery (`attempt`) that is no longer the job's current one.
+    #[error("job {id} is at attempt {current}, not {attempt}")]
+    StaleAttempt {
+        /// The job.
+        id: JobId,
+        /// The delivery the caller holds.
+        attempt: u32,
+        /// The job's current delivery.
+        current: u32,
+    },
+    /// Too many callers wait at once (long-polls past `limits.max_waiters`).
+    #[error("too many consumers are waiting: at most {limit} long-polls at once")]
+    Busy {
+        /// The configured cap.
+        limit: usize,
     },
     /// The id or business key is held by a live job.
     #[error("{0}")]
@@ -51,8 +67,10 @@ impl QueueError {
         match self {
             QueueError::Invalid(invalid) => invalid.kind(),
             QueueError::NotFound(_) | QueueError::BizKeyNotFound { .. } => ErrorKind::NotFound,
-            QueueError::WrongState { .. } | QueueError::Conflict(_) => ErrorKind::Conflict,
-            QueueError::Unavailable { .. } => ErrorKind::Unavailable,
+            QueueError::WrongState { .. } | QueueError::StaleAttempt { .. } | QueueError::Conflict(_) => {
+                ErrorKind::Conflict
+            }
+            QueueError::Unavailable { .. } | QueueError::Busy { .. } => ErrorKind::Unavailable,
             QueueError::Store(store) => store.kind(),
         }
     }

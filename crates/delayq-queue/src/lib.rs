@@ -16,6 +16,7 @@
 
 pub mod error;
 pub mod failpoint;
+mod id_locks;
 pub mod memory;
 pub mod metrics;
 pub mod recovery;

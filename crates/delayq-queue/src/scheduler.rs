@@ -117,21 +117,38 @@ pub trait Scheduler: Send + Sync + 'static {
     /// Returns the jobs as reserved (`state = reserved`); empty when none came in time.
     async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>>;
 
-    /// Ends a reserved job; returns it as it was.
+    /// Ends a reserved job; returns it as it was. With `attempt`, only that
+    /// delivery of it: a job redelivered since is left alone.
     ///
     /// # Errors
-    /// `NotFound` when absent; `WrongState` when it is not `reserved`.
-    async fn finish(&self, id: &JobId) -> QueueResult<Job>;
+    /// `NotFound` when absent; `WrongState` when it is not `reserved`;
+    /// `StaleAttempt` when `attempt` is not its current delivery.
+    async fn finish(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job>;
 
     /// Gives a reserved job back: `delay` (or `ready`) after `delay` with `attempt + 1`,
-    /// or `dead` when it has no retries left; returns it after the change.
-    async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job>;
+    /// or `dead` when it has no retries left; returns it after the change. With
+    /// `attempt`, only that delivery of it (errors as [`Scheduler::finish`]).
+    async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job>;
 
     /// Restarts the ttr clock of a reserved job; returns it after the change.
-    async fn touch(&self, id: &JobId) -> QueueResult<Job>;
+    /// With `attempt`, only that delivery of it (errors as [`Scheduler::finish`]).
+    async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job>;
 
     /// Removes a live job in any state; returns it as it was.
     async fn delete(&self, id: &JobId) -> QueueResult<Job>;
+
+    /// Removes each of these live jobs that the scheduler holds; returns how many it held.
+    async fn delete_batch(&self, ids: &[JobId]) -> QueueResult<u64> {
+        let mut removed = 0;
+        for id in ids {
+            match self.delete(id).await {
+                Ok(_) => removed += 1,
+                Err(crate::QueueError::NotFound(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(removed)
+    }
 
     /// Returns the live job with this id.
     async fn get(&self, id: &JobId) -> QueueResult<Option<Job>>;
@@ -175,4 +192,17 @@ pub fn waiting_state(run_at: Timestamp, now: Timestamp) -> JobState {
 /// its ttr after the reservation (`updated_at + ttr`); `None` for other states.
 pub fn reservation_deadline(job: &Job) -> Option<Timestamp> {
     (job.state == JobState::Reserved).then(|| job.updated_at.plus(job.ttr))
+}
+
+/// Checks that `attempt`, when a caller named one, is the current delivery of `job`.
+///
+/// # Errors
+/// [`crate::QueueError::StaleAttempt`] when it is not.
+pub fn check_attempt(job: &Job, attempt: Option<u32>) -> QueueResult<()> {
+    match attempt {
+        Some(held) if held != job.attempt => {
+            Err(crate::QueueError::StaleAttempt { id: job.id.clone(), attempt: held, current: job.attempt })
+        }
+        _ => Ok(()),
+    }
 }

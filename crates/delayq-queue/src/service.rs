@@ -27,13 +27,14 @@ use delayq_common::{
 };
 use delayq_store::{JobStore, ListCursor, LogEntry, StateChange, StateCount};
 use futures::stream::{FuturesOrdered, StreamExt};
-use tokio::sync::{mpsc, RwLock, RwLockWriteGuard};
+use tokio::sync::{mpsc, RwLock, RwLockWriteGuard, Semaphore};
 use tracing::{info, instrument, warn};
 
 use crate::error::{QueueError, QueueResult};
 use crate::failpoint;
+use crate::id_locks::IdLocks;
 use crate::metrics as queue_metrics;
-use crate::scheduler::{Promotion, Scheduler, TopicStats};
+use crate::scheduler::{check_attempt, Promotion, Scheduler, TopicStats};
 
 /// The most jobs one pop may return.
 pub const MAX_POP_COUNT: usize = 100;
@@ -59,7 +60,12 @@ pub struct QueueSettings {
     pub promote_batch: usize,
     /// How many jobs restore reads from the store at a time.
     pub restore_batch: usize,
+    /// The most pops that may wait for jobs at once.
+    pub max_waiters: usize,
 }
+
+/// The default of [`QueueSettings::max_waiters`].
+pub const DEFAULT_MAX_WAITERS: usize = 4096;
 
 impl Default for QueueSettings {
     fn default() -> QueueSettings {
@@ -69,6 +75,7 @@ impl Default for QueueSettings {
             retry: RetryPolicy::default(),
             promote_batch: 1000,
             restore_batch: 1000,
+            max_waiters: DEFAULT_MAX_WAITERS,
         }
     }
 }
@@ -126,6 +133,15 @@ pub struct DelayQueue {
     /// scheduler lacks, so none of these falls between its read and its write
     /// (which would bring an ended job back).
     transitions: RwLock<()>,
+    /// Held across both writes of every operation on a caller-named id (see [`IdLocks`]).
+    id_locks: IdLocks,
+    /// Held shared by every push across its store and scheduler writes, and
+    /// exclusively by clearAll: a push is either wholly before the clear (and
+    /// cleared) or wholly after it (and kept), never stored live and then
+    /// taken out of the scheduler.
+    pushes: RwLock<()>,
+    /// One permit per pop waiting for jobs.
+    waiters: Semaphore,
 }
 
 impl DelayQueue {
@@ -136,7 +152,17 @@ impl DelayQueue {
         ids: Snowflake,
         settings: QueueSettings,
     ) -> DelayQueue {
-        DelayQueue { scheduler, store, ids, settings, transitions: RwLock::new(()) }
+        let waiters = Semaphore::new(settings.max_waiters);
+        DelayQueue {
+            scheduler,
+            store,
+            ids,
+            settings,
+            transitions: RwLock::new(()),
+            id_locks: IdLocks::new(),
+            pushes: RwLock::new(()),
+            waiters,
+        }
     }
 
     /// Returns the configured settings.
@@ -160,11 +186,31 @@ impl DelayQueue {
     #[instrument(skip_all, fields(topic = %request.topic))]
     pub async fn push(&self, request: PushRequest) -> QueueResult<Pushed> {
         let now = Timestamp::now();
+        let _pushing = self.pushes.read().await;
+        self.push_one(request, now).await
+    }
+
+    /// Pushes one job under its id's lock (the caller holds [`DelayQueue::pushes`]).
+    async fn push_one(&self, request: PushRequest, now: Timestamp) -> QueueResult<Pushed> {
         if request.replace {
-            if let Some(existing) = self.find_replace_target(&request).await? {
-                return self.replace(existing, request, now).await;
+            if let Some(target) = self.find_replace_target(&request).await? {
+                let _id_guard = self.id_locks.lock_all(request.id.iter().chain([&target.id])).await;
+                // Read again under the lock: a finish, delete or replace may have moved it meanwhile.
+                return match self.find_replace_target(&request).await? {
+                    Some(existing) => self.replace(existing, request, now).await,
+                    None => self.insert_and_schedule(request, now).await,
+                };
             }
         }
+        let _id_guard = match &request.id {
+            Some(id) => Some(self.id_locks.lock(id).await),
+            None => None,
+        };
+        self.insert_and_schedule(request, now).await
+    }
+
+    /// Stores a new job, then schedules it.
+    async fn insert_and_schedule(&self, request: PushRequest, now: Timestamp) -> QueueResult<Pushed> {
         let job = self.new_job(request, now)?;
         let pushed = Pushed { id: job.id.clone(), run_at: job.run_at };
         let mut outcomes = self.store.insert(vec![job.clone()]).await?;
@@ -172,13 +218,35 @@ impl DelayQueue {
             return Err(refused.into());
         }
         failpoint::crash_if_armed(failpoint::PUSH_AFTER_STORE);
-        match self.scheduler.schedule(&job).await {
-            // Restore found it in the store and scheduled it first.
-            Ok(()) | Err(QueueError::Conflict(_)) => {}
-            Err(error) => return Err(error),
-        }
+        let scheduled = self.scheduler.schedule(&job).await;
+        self.settle_schedule(&job, scheduled).await?;
         queue_metrics::record_pushes(1);
         Ok(pushed)
+    }
+
+    /// Settles the scheduler's answer to a stored job. A conflict means the
+    /// scheduler holds a job under this id although the store just took the
+    /// new one, so no live job had it: either this very job (restore found it
+    /// in the store first) or an earlier job of the same id that ended in the
+    /// store but not in the scheduler (its scheduler write failed). The
+    /// earlier one gives way, so that every acknowledged push is delivered.
+    async fn settle_schedule(&self, job: &Job, scheduled: QueueResult<()>) -> QueueResult<()> {
+        match scheduled {
+            Err(QueueError::Conflict(_)) => {}
+            other => return other,
+        }
+        if let Some(held) = self.scheduler.get(&job.id).await? {
+            if held.create_time == job.create_time && held.topic == job.topic && held.body == job.body {
+                return Ok(());
+            }
+            warn!(job_id = %job.id, "an ended job of the same id was still scheduled; the new push replaces it");
+            self.forget_in_scheduler(&job.id).await?;
+        }
+        match self.scheduler.schedule(job).await {
+            // Restore scheduled it meanwhile.
+            Ok(()) | Err(QueueError::Conflict(_)) => Ok(()),
+            Err(error) => Err(error),
+        }
     }
 
     /// Adds several jobs, each judged alone, in store commits of up to
@@ -192,9 +260,11 @@ impl DelayQueue {
         requests: Vec<Result<PushRequest, InvalidField>>,
     ) -> QueueResult<Vec<QueueResult<Pushed>>> {
         let now = Timestamp::now();
+        let _pushing = self.pushes.read().await;
         let mut outcomes: Vec<QueueResult<Pushed>> = Vec::with_capacity(requests.len());
         let mut jobs = Vec::new();
         let mut slots = Vec::new();
+        let mut named_ids = Vec::new();
         for request in requests {
             let request = match request {
                 Ok(request) => request,
@@ -204,9 +274,13 @@ impl DelayQueue {
                 }
             };
             if request.replace {
-                // A replace needs its own read-check-write; it is rare in batches.
-                outcomes.push(self.push(request).await);
+                // A replace needs its own read-check-write (and its own id
+                // lock, taken before the batch takes the others'); it is rare in batches.
+                outcomes.push(self.push_one(request, now).await);
                 continue;
+            }
+            if let Some(id) = &request.id {
+                named_ids.push(id.clone());
             }
             match self.new_job(request, now) {
                 Ok(job) => {
@@ -220,6 +294,7 @@ impl DelayQueue {
         if jobs.is_empty() {
             return Ok(outcomes);
         }
+        let _id_guard = self.id_locks.lock_all(&named_ids).await;
         // Slices go to the store one after the other, and each is scheduled as
         // soon as it is stored, while the next ones are written and while the
         // slices before it may still be in the scheduler: the backends work side
@@ -244,9 +319,15 @@ impl DelayQueue {
             match result {
                 Some(Ok(scheduled)) => {
                     for (slot, outcome) in accepted_slots.into_iter().zip(scheduled) {
+                        let outcome = match outcome {
+                            Err(QueueError::Conflict(_)) => match jobs.get(slot_job(&slots, slot)) {
+                                Some(job) => self.settle_schedule(job, outcome).await,
+                                None => outcome,
+                            },
+                            other => other,
+                        };
                         match outcome {
-                            // A conflict: restore found it in the store and scheduled it first.
-                            Ok(()) | Err(QueueError::Conflict(_)) => pushed += 1,
+                            Ok(()) => pushed += 1,
                             Err(error) => outcomes[slot] = Err(error),
                         }
                     }
@@ -359,9 +440,19 @@ impl DelayQueue {
     }
 
     /// Reserves up to `count` ready jobs of `topic`, waiting up to `wait` for the first.
+    ///
+    /// # Errors
+    /// [`QueueError::Busy`] when `wait` is not zero and as many pops as
+    /// [`QueueSettings::max_waiters`] are waiting already.
     #[instrument(skip(self))]
     pub async fn pop(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
         let count = count.clamp(1, MAX_POP_COUNT);
+        let _waiting = if wait.is_zero() {
+            None
+        } else {
+            let permit = self.waiters.try_acquire().map_err(|_| QueueError::Busy { limit: self.settings.max_waiters })?;
+            Some(permit)
+        };
         let jobs = self.scheduler.reserve(topic, count, wait.min(MAX_POP_WAIT)).await?;
         if jobs.is_empty() {
             return Ok(jobs);
@@ -374,22 +465,36 @@ impl DelayQueue {
         Ok(jobs)
     }
 
-    /// Acknowledges a reserved job, storing the consumer's result.
+    /// Acknowledges a reserved job, storing the consumer's result. With
+    /// `attempt`, only that delivery of it.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` when it is not
+    /// reserved (an ended job names its state); `StaleAttempt` when `attempt`
+    /// is not its current delivery.
     #[instrument(skip(self, result))]
-    pub async fn finish(&self, id: &JobId, result: Option<String>) -> QueueResult<Job> {
+    pub async fn finish(&self, id: &JobId, attempt: Option<u32>, result: Option<String>) -> QueueResult<Job> {
+        let _id_guard = self.id_locks.lock(id).await;
         let _transition = self.transitions.read().await;
         let (mut job, _held) = self.live_job_or_stored(id).await?;
         require_reserved(&job)?;
+        check_attempt(&job, attempt)?;
         let now = Timestamp::now();
         job.state = JobState::Finished;
         job.result = result;
         job.updated_at = now;
         self.store.record(vec![StateChange::of(&job, now)]).await?;
-        match self.scheduler.finish(id).await {
-            Ok(_) => {}
+        match self.scheduler.finish(id, attempt).await {
+            Ok(_) | Err(QueueError::NotFound(_)) => {}
+            Err(refused @ (QueueError::WrongState { .. } | QueueError::StaleAttempt { .. })) if attempt.is_some() => {
+                // Its ttr ran out between the check and now, and the consumer
+                // named the delivery it held: that one is over, so the store
+                // takes back the job's current state.
+                self.record_as_scheduled(id).await?;
+                return Err(refused);
+            }
             // Its ttr ran out between the check and now; the client's ack still wins.
-            Err(QueueError::WrongState { .. }) => self.forget_in_scheduler(id).await?,
-            Err(QueueError::NotFound(_)) => {}
+            Err(QueueError::WrongState { .. } | QueueError::StaleAttempt { .. }) => self.forget_in_scheduler(id).await?,
             Err(error) => return Err(error),
         }
         queue_metrics::record_finish();
@@ -397,11 +502,14 @@ impl DelayQueue {
     }
 
     /// Gives a reserved job back for a retry after `delay` (or its backoff).
+    /// With `attempt`, only that delivery of it (errors as [`DelayQueue::finish`]).
     #[instrument(skip(self))]
-    pub async fn nack(&self, id: &JobId, delay: Option<Duration>) -> QueueResult<Job> {
+    pub async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Option<Duration>) -> QueueResult<Job> {
+        let _id_guard = self.id_locks.lock(id).await;
         let _transition = self.transitions.read().await;
         let (job, held) = self.live_job_or_stored(id).await?;
         require_reserved(&job)?;
+        check_attempt(&job, attempt)?;
         let delay = delay.unwrap_or_else(|| job.backoff(&self.settings.retry));
         if delay > self.settings.limits.max_delay {
             return Err(InvalidField::new(
@@ -414,36 +522,69 @@ impl DelayQueue {
         let expected = nacked(&job, delay, now);
         self.store.record(vec![StateChange::of(&expected, now)]).await?;
         let nacked_job = if held {
-            self.scheduler.nack(id, delay).await?
+            self.nack_in_scheduler(id, attempt, delay).await?
         } else if expected.state.is_terminal() || self.scheduler.restore(&expected).await? {
             // The scheduler had lost it: it comes back as the store now has it.
             expected
         } else {
             // Restore brought the reservation back meanwhile.
-            self.scheduler.nack(id, delay).await?
+            self.nack_in_scheduler(id, attempt, delay).await?
         };
         queue_metrics::record_nack();
         Ok(nacked_job)
     }
 
-    /// Restarts the ttr clock of a reserved job.
+    /// Nacks in the scheduler what the store already records as nacked; when
+    /// the delivery the consumer named is over meanwhile, the store takes back
+    /// the job's current state.
+    async fn nack_in_scheduler(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
+        match self.scheduler.nack(id, attempt, delay).await {
+            Err(refused @ (QueueError::WrongState { .. } | QueueError::StaleAttempt { .. })) => {
+                self.record_as_scheduled(id).await?;
+                Err(refused)
+            }
+            other => other,
+        }
+    }
+
+    /// Records in the store the job as the scheduler holds it now (after an
+    /// operation the store took was refused by the scheduler).
+    async fn record_as_scheduled(&self, id: &JobId) -> QueueResult<()> {
+        if let Some(current) = self.scheduler.get(id).await? {
+            self.store.record(vec![StateChange::of(&current, Timestamp::now())]).await?;
+        }
+        Ok(())
+    }
+
+    /// Restarts the ttr clock of a reserved job. With `attempt`, only that
+    /// delivery of it (errors as [`DelayQueue::finish`]).
     #[instrument(skip(self))]
-    pub async fn touch(&self, id: &JobId) -> QueueResult<Job> {
-        let job = self.scheduler.touch(id).await?;
-        Ok(job)
+    pub async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
+        match self.scheduler.touch(id, attempt).await {
+            Err(QueueError::NotFound(_)) => {}
+            other => return other,
+        }
+        // The scheduler does not hold it: the store tells an ended job from one
+        // that never was, and a reservation the scheduler lost comes back first.
+        let (job, _held) = self.live_job_or_stored(id).await?;
+        require_reserved(&job)?;
+        check_attempt(&job, attempt)?;
+        self.scheduler.restore(&job).await?;
+        self.scheduler.touch(id, attempt).await
     }
 
     /// Cancels a live job in any state.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` naming the state of an ended one.
     #[instrument(skip(self))]
     pub async fn delete(&self, id: &JobId) -> QueueResult<Job> {
+        let _id_guard = self.id_locks.lock(id).await;
         let _transition = self.transitions.read().await;
         let mut job = match self.scheduler.get(id).await? {
             Some(job) => job,
             // The scheduler may have lost it (restart, outage): the store decides.
-            None => match self.store.get(id).await? {
-                Some(job) if job.state.is_live() => job,
-                _ => return Err(QueueError::NotFound(id.clone())),
-            },
+            None => self.stored_live_job(id).await?,
         };
         let now = Timestamp::now();
         job.state = JobState::Deleted;
@@ -612,10 +753,15 @@ impl DelayQueue {
 
     /// Deletes every live job; returns how many there were.
     #[instrument(skip(self))]
+    ///
+    /// Pushes of this node wait while it runs; a push of another node that
+    /// lands meanwhile is kept, because only the jobs the store ended are
+    /// taken out of the scheduler.
     pub async fn clear_all(&self) -> QueueResult<u64> {
+        let _no_pushes = self.pushes.write().await;
         let _transition = self.transitions.read().await;
         let deleted = self.store.delete_all_live(Timestamp::now()).await?;
-        let cleared = self.scheduler.clear().await?;
+        let cleared = self.scheduler.delete_batch(&deleted).await?;
         warn!(deleted = deleted.len(), cleared, "cleared every live job");
         Ok((deleted.len() as u64).max(cleared))
     }
@@ -676,6 +822,7 @@ impl DelayQueue {
         Ok(None)
     }
 
+    /// Replaces a waiting job (the caller holds its id's lock).
     async fn replace(&self, existing: Job, request: PushRequest, now: Timestamp) -> QueueResult<Pushed> {
         if !matches!(existing.state, JobState::Delay | JobState::Ready) {
             return Err(QueueError::WrongState { id: existing.id, state: existing.state });
@@ -686,7 +833,19 @@ impl DelayQueue {
         let mut job = request.into_job(existing.id.clone(), now, &self.settings.defaults);
         job.attempt = existing.attempt;
         self.store.replace(job.clone()).await?;
-        let scheduled = self.scheduler.replace(&job).await?;
+        let scheduled = match self.scheduler.replace(&job).await {
+            Ok(scheduled) => scheduled,
+            Err(refused @ (QueueError::WrongState { .. } | QueueError::NotFound(_))) => {
+                // A consumer popped it (or the timer ended it) after the check:
+                // the store takes back the job the scheduler holds, so the
+                // refused replace changes nothing.
+                if let Some(current) = self.scheduler.get(&job.id).await? {
+                    self.store.replace(current).await?;
+                }
+                return Err(refused);
+            }
+            Err(error) => return Err(error),
+        };
         queue_metrics::record_pushes(1);
         Ok(Pushed { id: scheduled.id, run_at: scheduled.run_at })
     }
@@ -699,9 +858,18 @@ impl DelayQueue {
             return Ok((job, true));
         }
         self.store.flush().await?;
+        Ok((self.stored_live_job(id).await?, false))
+    }
+
+    /// Returns the job from the store when it is live.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` naming the state of an ended one.
+    async fn stored_live_job(&self, id: &JobId) -> QueueResult<Job> {
         match self.store.get(id).await? {
-            Some(job) if job.state.is_live() => Ok((job, false)),
-            _ => Err(QueueError::NotFound(id.clone())),
+            Some(job) if job.state.is_live() => Ok(job),
+            Some(ended) => Err(QueueError::WrongState { id: id.clone(), state: ended.state }),
+            None => Err(QueueError::NotFound(id.clone())),
         }
     }
 
@@ -733,6 +901,12 @@ struct StoreSteps {
     failure: Option<(QueueError, Vec<usize>)>,
     /// How many slices were tried (stored or failed).
     tried: usize,
+}
+
+/// Returns the index among a batch's jobs of the job whose outcome is at
+/// `slot` (`slots` holds each job's outcome slot, in increasing order).
+fn slot_job(slots: &[usize], slot: usize) -> usize {
+    slots.binary_search(&slot).unwrap_or(usize::MAX)
 }
 
 /// Gives each job of a batch at `slots` its own copy of the failure that kept it out.

@@ -57,14 +57,14 @@ impl Scheduler for FailingFrom {
     async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
         self.inner.reserve(topic, count, wait).await
     }
-    async fn finish(&self, id: &JobId) -> QueueResult<Job> {
-        self.inner.finish(id).await
+    async fn finish(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
+        self.inner.finish(id, attempt).await
     }
-    async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job> {
-        self.inner.nack(id, delay).await
+    async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
+        self.inner.nack(id, attempt, delay).await
     }
-    async fn touch(&self, id: &JobId) -> QueueResult<Job> {
-        self.inner.touch(id).await
+    async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
+        self.inner.touch(id, attempt).await
     }
     async fn delete(&self, id: &JobId) -> QueueResult<Job> {
         self.inner.delete(id).await

@@ -411,7 +411,7 @@ async fn measure_lateness() {
                         (Arc::clone(&scheduler), jobs.iter().map(|job| job.id.clone()).collect::<Vec<_>>());
                     tokio::spawn(async move {
                         for id in ids {
-                            let _ = acker.finish(&id).await;
+                            let _ = acker.finish(&id, None).await;
                         }
                     });
                     let mut late = late.lock().expect("lock");

@@ -70,7 +70,7 @@ async fn restore_while_consuming(queue: Arc<DelayQueue>) {
         let jobs = queue.pop(&topic, 7, Duration::from_millis(100)).await.expect("pop");
         for job in jobs {
             *deliveries.entry(job.id.clone()).or_default() += 1;
-            queue.finish(&job.id, None).await.expect("finish");
+            queue.finish(&job.id, None, None).await.expect("finish");
         }
     }
     // Restores keep running a little longer: a finished job must not come back.
@@ -105,7 +105,7 @@ async fn finish_after_the_scheduler_lost_the_job(queue: Arc<DelayQueue>) {
     assert_eq!(popped.iter().map(|job| &job.id).collect::<Vec<_>>(), [&pushed.id]);
     // The scheduler forgets it (as an emptied Redis would).
     queue.scheduler().delete(&pushed.id).await.expect("forget");
-    let finished = queue.finish(&pushed.id, Some("done".to_owned())).await.expect("finish from the store");
+    let finished = queue.finish(&pushed.id, None, Some("done".to_owned())).await.expect("finish from the store");
     assert_eq!(finished.state, JobState::Finished);
     queue.restore(false).await.expect("restore");
     assert_eq!(queue.scheduler().get(&pushed.id).await.expect("get"), None, "a finished job is not restored");
@@ -116,7 +116,7 @@ async fn finish_after_the_scheduler_lost_the_job(queue: Arc<DelayQueue>) {
     let popped = queue.pop(&topic, 1, Duration::from_secs(2)).await.expect("pop");
     assert_eq!(popped.iter().map(|job| &job.id).collect::<Vec<_>>(), [&second.id]);
     queue.scheduler().delete(&second.id).await.expect("forget");
-    let nacked = queue.nack(&second.id, Some(Duration::ZERO)).await.expect("nack from the store");
+    let nacked = queue.nack(&second.id, None, Some(Duration::ZERO)).await.expect("nack from the store");
     assert_eq!((nacked.state, nacked.attempt), (JobState::Ready, 2));
     let retried = queue.pop(&topic, 1, Duration::from_secs(2)).await.expect("pop the retry");
     assert_eq!(retried.iter().map(|job| (&job.id, job.attempt)).collect::<Vec<_>>(), [(&second.id, 2)]);

@@ -108,6 +108,14 @@ pub(crate) fn optional_millis(name: &str, value: Option<i64>) -> Result<Option<D
     }
 }
 
+/// Returns the optional `attempt` a consumer names: the delivery it holds, from 1.
+pub(crate) fn optional_attempt(value: Option<u32>) -> Result<Option<u32>, Status> {
+    match value {
+        Some(0) => Err(invalid("attempt must be from 1")),
+        other => Ok(other),
+    }
+}
+
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }

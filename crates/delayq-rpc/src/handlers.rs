@@ -121,7 +121,8 @@ impl DelayQueueService for RpcServer {
     async fn finish(&self, request: Request<pb::FinishRequest>) -> Result<Response<pb::FinishReply>, Status> {
         let request = self.user(request)?;
         let id = job_id(&request.id)?;
-        self.queue.finish(&id, request.result).await.map_err(not_reserved)?;
+        let attempt = convert::optional_attempt(request.attempt)?;
+        self.queue.finish(&id, attempt, request.result).await.map_err(not_reserved)?;
         self.subscriptions.released(&id);
         Ok(Response::new(pb::FinishReply { id: id.into() }))
     }
@@ -130,7 +131,8 @@ impl DelayQueueService for RpcServer {
         let request = self.user(request)?;
         let id = job_id(&request.id)?;
         let delay = convert::optional_millis("delay", request.delay_ms)?;
-        let job = self.queue.nack(&id, delay).await.map_err(not_reserved)?;
+        let attempt = convert::optional_attempt(request.attempt)?;
+        let job = self.queue.nack(&id, attempt, delay).await.map_err(not_reserved)?;
         self.subscriptions.released(&id);
         let run_at = i64::try_from(job.run_at.as_millis()).unwrap_or(i64::MAX);
         Ok(Response::new(pb::NackReply { id: id.into(), run_at, state: convert::state(job.state) }))
@@ -139,7 +141,8 @@ impl DelayQueueService for RpcServer {
     async fn touch(&self, request: Request<pb::TouchRequest>) -> Result<Response<pb::TouchReply>, Status> {
         let request = self.user(request)?;
         let id = job_id(&request.id)?;
-        let job = self.queue.touch(&id).await.map_err(not_reserved)?;
+        let attempt = convert::optional_attempt(request.attempt)?;
+        let job = self.queue.touch(&id, attempt).await.map_err(not_reserved)?;
         self.subscriptions.touched(&id, job.ttr);
         Ok(Response::new(pb::TouchReply { id: id.into() }))
     }

@@ -32,7 +32,7 @@ pub fn code_of(kind: ErrorKind) -> Code {
 /// Returns the code of a queue failure.
 fn queue_code(error: &QueueError) -> Code {
     match error {
-        QueueError::WrongState { .. } => Code::FailedPrecondition,
+        QueueError::WrongState { .. } | QueueError::StaleAttempt { .. } => Code::FailedPrecondition,
         other => code_of(other.kind()),
     }
 }

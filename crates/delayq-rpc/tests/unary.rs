@@ -17,7 +17,7 @@ fn pop(topic: &str, count: i64) -> pb::PopRequest {
 }
 
 fn id_request(id: &str) -> pb::FinishRequest {
-    pb::FinishRequest { id: id.into(), result: None }
+    pb::FinishRequest { id: id.into(), result: None, attempt: None }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,7 +34,7 @@ async fn push_pop_finish_and_history() {
     assert_eq!((job.id.as_str(), job.topic.as_str(), job.body.as_str()), (pushed.id.as_str(), "orders", "close #1"));
     assert_eq!((job.attempt, job.ttr_ms, job.priority), (1, 30_000, 1));
 
-    let finish = pb::FinishRequest { id: pushed.id.clone(), result: Some("closed".into()) };
+    let finish = pb::FinishRequest { id: pushed.id.clone(), result: Some("closed".into()), attempt: None };
     assert_eq!(client.finish(finish).await.expect("finish").into_inner().id, pushed.id);
 
     let details = client
@@ -50,7 +50,7 @@ async fn push_pop_finish_and_history() {
     assert!(states.contains(&(pb::JobState::Reserved as i32)), "history {states:?}");
 
     let again = refusal(client.finish(id_request(&pushed.id)).await);
-    assert_eq!(again, (Code::NotFound, format!("no live job {}", pushed.id)));
+    assert_eq!(again, (Code::FailedPrecondition, format!("job {} is finished, not reserved", pushed.id)));
     let empty = client.pop(pb::PopRequest { topic: "orders".into(), ..Default::default() }).await.expect("pop");
     assert!(empty.into_inner().jobs.is_empty());
     server.stop().await;
@@ -64,24 +64,26 @@ async fn nack_touch_delete_and_wrong_states() {
     client.push(delayed).await.expect("push delayed");
     let wrong = refusal(client.finish(id_request("later")).await);
     assert_eq!(wrong, (Code::FailedPrecondition, "job later is delay, not reserved".to_owned()));
-    let touch = refusal(client.touch(pb::TouchRequest { id: "later".into() }).await);
+    let touch = refusal(client.touch(pb::TouchRequest { id: "later".into(), attempt: None }).await);
     assert_eq!(touch, (Code::FailedPrecondition, "job later is delay, not reserved".to_owned()));
 
     client.push(pb::PushRequest { id: Some("now".into()), ..push("t", "b") }).await.expect("push");
     let popped = client.pop(pop("t", 1)).await.expect("pop").into_inner().jobs;
     assert_eq!(popped[0].id, "now");
-    client.touch(pb::TouchRequest { id: "now".into() }).await.expect("touch");
-    let nacked = client.nack(pb::NackRequest { id: "now".into(), delay_ms: Some(0) }).await.expect("nack");
+    client.touch(pb::TouchRequest { id: "now".into(), attempt: None }).await.expect("touch");
+    let nacked = client.nack(pb::NackRequest { id: "now".into(), delay_ms: Some(0), attempt: None }).await.expect("nack");
     assert_eq!(nacked.into_inner().state, pb::JobState::Ready as i32);
     let again = client.pop(pop("t", 1)).await.expect("pop").into_inner().jobs;
     assert_eq!((again[0].id.as_str(), again[0].attempt), ("now", 2));
-    let negative = refusal(client.nack(pb::NackRequest { id: "now".into(), delay_ms: Some(-1) }).await);
+    let negative = refusal(client.nack(pb::NackRequest { id: "now".into(), delay_ms: Some(-1), attempt: None }).await);
     assert_eq!(negative, (Code::InvalidArgument, "delay must be >= 0".to_owned()));
 
     let deleted = client.delete(pb::DeleteRequest { id: "later".into(), ..Default::default() }).await;
     assert_eq!(deleted.expect("delete").into_inner().id, "later");
     let gone = refusal(client.delete(pb::DeleteRequest { id: "later".into(), ..Default::default() }).await);
-    assert_eq!(gone, (Code::NotFound, "no live job later".to_owned()));
+    assert_eq!(gone, (Code::FailedPrecondition, "job later is deleted".to_owned()));
+    let never = refusal(client.delete(pb::DeleteRequest { id: "never".into(), ..Default::default() }).await);
+    assert_eq!(never, (Code::NotFound, "no job never".to_owned()));
     let nothing = refusal(client.delete(pb::DeleteRequest::default()).await);
     assert_eq!(nothing, (Code::InvalidArgument, "jobId is required (or topic and bizKey)".to_owned()));
     server.stop().await;

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 use super::topic::TopicQueue;
 use crate::error::{QueueError, QueueResult};
-use crate::scheduler::{reservation_deadline, waiting_state, Promotion, TopicStats};
+use crate::scheduler::{check_attempt, reservation_deadline, waiting_state, Promotion, TopicStats};
 
 /// Where a job sits in the slab.
 pub(super) type Slot = usize;
@@ -144,13 +144,13 @@ impl Engine {
         reserved
     }
 
-    pub(super) fn finish(&mut self, id: &JobId) -> QueueResult<Job> {
-        let slot = self.reserved_slot(id)?;
+    pub(super) fn finish(&mut self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
+        let slot = self.reserved_slot(id, attempt)?;
         self.remove(slot).ok_or_else(|| QueueError::NotFound(id.clone()))
     }
 
-    pub(super) fn nack(&mut self, id: &JobId, delay: Duration, now: Timestamp) -> QueueResult<Job> {
-        let slot = self.reserved_slot(id)?;
+    pub(super) fn nack(&mut self, id: &JobId, attempt: Option<u32>, delay: Duration, now: Timestamp) -> QueueResult<Job> {
+        let slot = self.reserved_slot(id, attempt)?;
         let retries_left = self.job(slot).is_some_and(Job::has_retries_left);
         if !retries_left {
             let mut dead = self.remove(slot).ok_or_else(|| QueueError::NotFound(id.clone()))?;
@@ -169,8 +169,8 @@ impl Engine {
         Ok(nacked)
     }
 
-    pub(super) fn touch(&mut self, id: &JobId, now: Timestamp) -> QueueResult<Job> {
-        let slot = self.reserved_slot(id)?;
+    pub(super) fn touch(&mut self, id: &JobId, attempt: Option<u32>, now: Timestamp) -> QueueResult<Job> {
+        let slot = self.reserved_slot(id, attempt)?;
         self.unfile(slot);
         let job = self.job(slot).cloned().ok_or_else(|| QueueError::NotFound(id.clone()))?;
         self.file(slot, Some(now.plus(job.ttr)));
@@ -281,13 +281,15 @@ impl Engine {
         self.by_id.get(id).copied().ok_or_else(|| QueueError::NotFound(id.clone()))
     }
 
-    fn reserved_slot(&self, id: &JobId) -> QueueResult<Slot> {
+    /// Returns the slot of a reserved job, of its delivery `attempt` when given.
+    fn reserved_slot(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Slot> {
         let slot = self.slot_of(id)?;
-        match self.job(slot).map(|job| job.state) {
-            Some(JobState::Reserved) => Ok(slot),
-            Some(state) => Err(QueueError::WrongState { id: id.clone(), state }),
-            None => Err(QueueError::NotFound(id.clone())),
+        let Some(job) = self.job(slot) else { return Err(QueueError::NotFound(id.clone())) };
+        if job.state != JobState::Reserved {
+            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
         }
+        check_attempt(job, attempt)?;
+        Ok(slot)
     }
 
     /// Adds a new live job (`delay` or `ready`) and files it.

@@ -162,18 +162,18 @@ impl Scheduler for MemoryScheduler {
         }
     }
 
-    async fn finish(&self, id: &JobId) -> QueueResult<Job> {
-        self.with_engine(|engine| engine.finish(id))
+    async fn finish(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
+        self.with_engine(|engine| engine.finish(id, attempt))
     }
 
-    async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job> {
+    async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
         let now = Timestamp::now();
-        self.with_engine(|engine| engine.nack(id, delay, now))
+        self.with_engine(|engine| engine.nack(id, attempt, delay, now))
     }
 
-    async fn touch(&self, id: &JobId) -> QueueResult<Job> {
+    async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
         let now = Timestamp::now();
-        self.with_engine(|engine| engine.touch(id, now))
+        self.with_engine(|engine| engine.touch(id, attempt, now))
     }
 
     async fn delete(&self, id: &JobId) -> QueueResult<Job> {

@@ -59,7 +59,9 @@ enum Arrival {
 /// What `finish` and `delete` require of the job.
 #[derive(Clone, Copy)]
 pub(super) enum Removal {
-    Finish,
+    /// A reserved job; of this delivery when one is named.
+    Finish(Option<u32>),
+    /// Any live job.
     Delete,
 }
 
@@ -238,11 +240,11 @@ impl Engine {
     ) -> QueueResult<Vec<QueueResult<Job>>> {
         let mut invocation = self.invocation(&self.scripts.remove, shard, Timestamp::now());
         for (id, removal) in removals {
-            let mode = match removal {
-                Removal::Finish => "finish",
-                Removal::Delete => "delete",
+            let (mode, attempt) = match removal {
+                Removal::Finish(attempt) => ("finish", attempt_arg(*attempt)),
+                Removal::Delete => ("delete", String::new()),
             };
-            invocation.arg(keys::encode_id(id)).arg(mode);
+            invocation.arg(keys::encode_id(id)).arg(mode).arg(attempt);
         }
         let reply = self.run(&invocation).await?;
         let replies = reply::array(reply).map_err(unavailable)?;
@@ -257,21 +259,21 @@ impl Engine {
     }
 
     /// Restarts the ttr of a reserved job; returns it.
-    pub(super) async fn touch(&self, id: &JobId) -> QueueResult<Job> {
+    pub(super) async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
         let shard = self.shard_of(id);
         let mut invocation = self.invocation(&self.scripts.touch, shard, Timestamp::now());
-        invocation.arg(keys::encode_id(id));
+        invocation.arg(keys::encode_id(id)).arg(attempt_arg(attempt));
         let reply = self.run(&invocation).await?;
         self.on_status(id, reply, |items| reply::job(id.clone(), items))
     }
 
     /// Gives a reserved job back after `delay`; returns it after the change.
-    pub(super) async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job> {
+    pub(super) async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
         let shard = self.shard_of(id);
         let now = Timestamp::now();
         let mut invocation = self.invocation(&self.scripts.nack, shard, now);
         let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX).min(1 << 52);
-        invocation.arg(keys::encode_id(id)).arg(delay_ms);
+        invocation.arg(keys::encode_id(id)).arg(delay_ms).arg(attempt_arg(attempt));
         let reply = self.run(&invocation).await?;
         self.on_status(id, reply, |items| {
             let mut job = reply::job(id.clone(), items)?;
@@ -412,8 +414,17 @@ impl Engine {
             Status::Done(mut items) => done(&mut items).map_err(unavailable),
             Status::NotFound => Err(QueueError::NotFound(id.clone())),
             Status::WrongState(state) => Err(QueueError::WrongState { id: id.clone(), state }),
+            Status::StaleAttempt(current) => {
+                // Only a caller that named a delivery gets this reply, and it named one.
+                Err(QueueError::StaleAttempt { id: id.clone(), attempt: 0, current })
+            }
         }
     }
+}
+
+/// The script argument naming the delivery a caller holds: empty for any.
+fn attempt_arg(attempt: Option<u32>) -> String {
+    attempt.map(|attempt| attempt.to_string()).unwrap_or_default()
 }
 
 /// Where a job goes: the state it is scheduled in, its score (run_at when

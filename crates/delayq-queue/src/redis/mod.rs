@@ -238,20 +238,35 @@ impl Scheduler for RedisScheduler {
         self.engine.reserve_jobs(topic, count, wait).await
     }
 
-    async fn finish(&self, id: &JobId) -> QueueResult<Job> {
-        self.removals.call((id.clone(), Removal::Finish)).await
+    async fn finish(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
+        self.removals.call((id.clone(), Removal::Finish(attempt))).await.map_err(|error| named_attempt(error, attempt))
     }
 
-    async fn nack(&self, id: &JobId, delay: Duration) -> QueueResult<Job> {
-        self.engine.nack(id, delay).await
+    async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
+        self.engine.nack(id, attempt, delay).await.map_err(|error| named_attempt(error, attempt))
     }
 
-    async fn touch(&self, id: &JobId) -> QueueResult<Job> {
-        self.engine.touch(id).await
+    async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
+        self.engine.touch(id, attempt).await.map_err(|error| named_attempt(error, attempt))
     }
 
     async fn delete(&self, id: &JobId) -> QueueResult<Job> {
         self.removals.call((id.clone(), Removal::Delete)).await
+    }
+
+    async fn delete_batch(&self, ids: &[JobId]) -> QueueResult<u64> {
+        let mut removed = 0;
+        for chunk in ids.chunks(DELETE_BATCH_CHUNK) {
+            let removals: Vec<(JobId, Removal)> = chunk.iter().map(|id| (id.clone(), Removal::Delete)).collect();
+            for outcome in remove_jobs(&self.engine, &removals).await? {
+                match outcome {
+                    Ok(_) => removed += 1,
+                    Err(QueueError::NotFound(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        Ok(removed)
     }
 
     async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
@@ -334,6 +349,18 @@ impl Scheduler for RedisScheduler {
 
 /// Splits a batch over `shards` parts, the remainder going to the parts from
 /// `start` (modulo `shards`) on; the parts sum to `max_batch` (at least 1).
+/// Jobs a `delete_batch` hands to the removal scripts at a time.
+const DELETE_BATCH_CHUNK: usize = 1_000;
+
+/// Fills in the delivery the caller named of a stale-attempt refusal (the
+/// script reports only the job's current one).
+fn named_attempt(error: QueueError, attempt: Option<u32>) -> QueueError {
+    match (error, attempt) {
+        (QueueError::StaleAttempt { id, current, .. }, Some(attempt)) => QueueError::StaleAttempt { id, attempt, current },
+        (other, _) => other,
+    }
+}
+
 fn split_batch(max_batch: usize, shards: usize, start: usize) -> Vec<usize> {
     let max_batch = max_batch.max(1);
     let start = start % shards;

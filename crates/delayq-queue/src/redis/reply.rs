@@ -15,9 +15,11 @@ pub(super) enum Status {
     NotFound,
     /// The job is in this state, which the operation does not allow.
     WrongState(JobState),
+    /// The job is at this attempt, not the one the caller named.
+    StaleAttempt(u32),
 }
 
-/// Splits a `{ 'ok', ... } | { 'nf' } | { 'ws', state }` reply.
+/// Splits a `{ 'ok', ... } | { 'nf' } | { 'ws', state } | { 'wa', attempt }` reply.
 pub(super) fn status(reply: Value) -> Result<Status, CodecError> {
     let mut items = array(reply)?.into_iter();
     let tag = bytes(next(&mut items)?)?;
@@ -25,6 +27,7 @@ pub(super) fn status(reply: Value) -> Result<Status, CodecError> {
         b"ok" => Ok(Status::Done(items)),
         b"nf" => Ok(Status::NotFound),
         b"ws" => Ok(Status::WrongState(codec::state_of_code(int(&next(&mut items)?)?)?)),
+        b"wa" => Ok(Status::StaleAttempt(u32::try_from(int(&next(&mut items)?)?).map_err(|_| CodecError("attempt"))?)),
         _ => Err(CodecError("reply")),
     }
 }

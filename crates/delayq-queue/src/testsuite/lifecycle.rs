@@ -59,26 +59,26 @@ pub async fn check_nack_with_delay(scheduler: Arc<dyn Scheduler>) {
     schedule_and_reserve(&*scheduler, &job).await;
 
     let before = Timestamp::now();
-    let nacked = ok("nack", scheduler.nack(&job.id, ms(400)).await);
+    let nacked = ok("nack", scheduler.nack(&job.id, None, ms(400)).await);
     assert_eq!((nacked.state, nacked.attempt), (JobState::Delay, 2), "nacked with a delay");
     assert!(nacked.run_at >= before.plus(ms(400)), "due again {} after the delay", nacked.run_at);
     assert_eq!(state_of(&ok("get", scheduler.get(&job.id).await)), Some(JobState::Delay));
-    assert_wrong_state("nack of a delayed job", scheduler.nack(&job.id, Duration::ZERO).await, JobState::Delay);
+    assert_wrong_state("nack of a delayed job", scheduler.nack(&job.id, None, Duration::ZERO).await, JobState::Delay);
 
     let received = super::reserve_until(&*scheduler, &topic, 1).await;
     let (again, seen) = &received[0];
     assert!(*seen >= nacked.run_at, "reserved by {seen}, before the nack delay ran out at {}", nacked.run_at);
     assert_eq!((again.state, again.attempt), (JobState::Reserved, 2));
 
-    let nacked = ok("nack", scheduler.nack(&job.id, Duration::ZERO).await);
+    let nacked = ok("nack", scheduler.nack(&job.id, None, Duration::ZERO).await);
     assert_eq!((nacked.state, nacked.attempt), (JobState::Ready, 3), "nacked without delay");
     let third = reserve_one(&*scheduler, &topic).await;
     assert_eq!((third.id, third.attempt), (job.id.clone(), 3), "ready again at once");
 
-    assert_not_found("nack of an unknown job", scheduler.nack(&names.id("nobody"), Duration::ZERO).await);
+    assert_not_found("nack of an unknown job", scheduler.nack(&names.id("nobody"), None, Duration::ZERO).await);
     let waiting = names.job("waiting", &topic, in_ms(60_000));
     ok("schedule", scheduler.schedule(&waiting).await);
-    assert_wrong_state("nack of a waiting job", scheduler.nack(&waiting.id, Duration::ZERO).await, JobState::Delay);
+    assert_wrong_state("nack of a waiting job", scheduler.nack(&waiting.id, None, Duration::ZERO).await, JobState::Delay);
 }
 
 /// After `maxRetries` redeliveries, a ttr expiry makes the job dead: it is gone.
@@ -108,17 +108,17 @@ pub async fn check_dead_after_nack(scheduler: Arc<dyn Scheduler>) {
     let mut none = names.job("none", &topic, ago_ms(10));
     none.max_retries = 0;
     schedule_and_reserve(&*scheduler, &none).await;
-    let dead = ok("nack", scheduler.nack(&none.id, Duration::ZERO).await);
+    let dead = ok("nack", scheduler.nack(&none.id, None, Duration::ZERO).await);
     assert_eq!((dead.state, dead.attempt), (JobState::Dead, 1), "no retries allowed");
     assert_eq!(ok("get", scheduler.get(&none.id).await), None);
 
     let mut one = names.job("one", &topic, ago_ms(10));
     one.max_retries = 1;
     schedule_and_reserve(&*scheduler, &one).await;
-    let retried = ok("nack", scheduler.nack(&one.id, Duration::ZERO).await);
+    let retried = ok("nack", scheduler.nack(&one.id, None, Duration::ZERO).await);
     assert_eq!((retried.state, retried.attempt), (JobState::Ready, 2));
     reserve_one(&*scheduler, &topic).await;
-    let dead = ok("nack", scheduler.nack(&one.id, Duration::ZERO).await);
+    let dead = ok("nack", scheduler.nack(&one.id, None, Duration::ZERO).await);
     assert_eq!((dead.state, dead.attempt), (JobState::Dead, 2), "out of retries");
     assert_eq!(ok("get", scheduler.get(&one.id).await), None);
     let reserved = ok("reserve", scheduler.reserve(&topic, 1, Duration::ZERO).await);
@@ -172,7 +172,7 @@ pub async fn check_touch_extends_ttr(scheduler: Arc<dyn Scheduler>) {
     schedule_and_reserve(&*scheduler, &job).await;
     tokio::time::sleep(ms(400)).await;
     let before = Timestamp::now();
-    let touched = ok("touch", scheduler.touch(&job.id).await);
+    let touched = ok("touch", scheduler.touch(&job.id, None).await);
     assert_eq!((touched.state, touched.attempt), (JobState::Reserved, 1));
 
     let redelivered =
@@ -183,8 +183,8 @@ pub async fn check_touch_extends_ttr(scheduler: Arc<dyn Scheduler>) {
         "redelivered by {}, before the touched ttr ran out at {earliest}",
         redelivered.seen
     );
-    assert_wrong_state("touch of a ready job", scheduler.touch(&job.id).await, JobState::Ready);
-    assert_not_found("touch of an unknown job", scheduler.touch(&names.id("nobody")).await);
+    assert_wrong_state("touch of a ready job", scheduler.touch(&job.id, None).await, JobState::Ready);
+    assert_not_found("touch of an unknown job", scheduler.touch(&names.id("nobody"), None).await);
 }
 
 /// `finish` ends a reserved job for good; other states refuse it.
@@ -194,14 +194,14 @@ pub async fn check_finish(scheduler: Arc<dyn Scheduler>) {
     let mut job = names.job("j", &topic, ago_ms(10));
     job.ttr = ms(200);
     schedule_and_reserve(&*scheduler, &job).await;
-    let finished = ok("finish", scheduler.finish(&job.id).await);
+    let finished = ok("finish", scheduler.finish(&job.id, None).await);
     assert_eq!((finished.id.clone(), finished.state), (job.id.clone(), JobState::Reserved), "returned as it was");
     assert_eq!(ok("get", scheduler.get(&job.id).await), None);
-    assert_not_found("second finish", scheduler.finish(&job.id).await);
+    assert_not_found("second finish", scheduler.finish(&job.id, None).await);
 
     let ready = names.job("ready", &topic, ago_ms(10));
     ok("schedule", scheduler.schedule(&ready).await);
-    assert_wrong_state("finish of a ready job", scheduler.finish(&ready.id).await, JobState::Ready);
+    assert_wrong_state("finish of a ready job", scheduler.finish(&ready.id, None).await, JobState::Ready);
     ok("delete", scheduler.delete(&ready.id).await);
 
     promote_past(&*scheduler, Timestamp::now().plus(job.ttr).plus(ms(100))).await;
@@ -238,15 +238,15 @@ pub async fn check_concurrent_finishes(scheduler: Arc<dyn Scheduler>) {
                 Some(finish_again) => {
                     let again = async {
                         if finish_again {
-                            scheduler.finish(&id).await
+                            scheduler.finish(&id, None).await
                         } else {
                             scheduler.delete(&id).await
                         }
                     };
-                    let (first, second) = tokio::join!(scheduler.finish(&id), again);
+                    let (first, second) = tokio::join!(scheduler.finish(&id, None), again);
                     (first, Some(second))
                 }
-                None => (scheduler.finish(&id).await, None),
+                None => (scheduler.finish(&id, None).await, None),
             };
             (id, first, second)
         }));

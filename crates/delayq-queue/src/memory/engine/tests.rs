@@ -201,12 +201,12 @@ fn nack_redelays_or_kills() {
     let mut engine = Engine::default();
     engine.schedule(&job("j", "t", at(0)), at(0)).expect("new id");
     engine.reserve(&topic("t"), 1, at(0));
-    let nacked = engine.nack(&id("j"), Duration::from_millis(40), at(10)).expect("reserved");
+    let nacked = engine.nack(&id("j"), None, Duration::from_millis(40), at(10)).expect("reserved");
     assert_eq!((nacked.state, nacked.attempt, nacked.run_at), (JobState::Delay, 2, at(50)));
-    assert!(matches!(engine.nack(&id("j"), Duration::ZERO, at(11)), Err(QueueError::WrongState { .. })));
+    assert!(matches!(engine.nack(&id("j"), None, Duration::ZERO, at(11)), Err(QueueError::WrongState { .. })));
     engine.promote(at(50), 10);
     engine.reserve(&topic("t"), 1, at(60));
-    let dead = engine.nack(&id("j"), Duration::ZERO, at(70)).expect("reserved");
+    let dead = engine.nack(&id("j"), None, Duration::ZERO, at(70)).expect("reserved");
     assert_eq!(dead.state, JobState::Dead);
     assert!(engine.by_id.is_empty() && engine.timeline.is_empty() && engine.topics.is_empty());
 }
@@ -216,7 +216,7 @@ fn nack_without_delay_is_ready_at_once() {
     let mut engine = Engine::default();
     engine.schedule(&job("j", "t", at(0)), at(0)).expect("new id");
     engine.reserve(&topic("t"), 1, at(0));
-    let nacked = engine.nack(&id("j"), Duration::ZERO, at(10)).expect("reserved");
+    let nacked = engine.nack(&id("j"), None, Duration::ZERO, at(10)).expect("reserved");
     assert_eq!((nacked.state, nacked.attempt), (JobState::Ready, 2));
     assert_consistent(&engine);
 }
@@ -226,10 +226,10 @@ fn touch_rearms_the_deadline() {
     let mut engine = Engine::default();
     engine.schedule(&job("j", "t", at(0)), at(0)).expect("new id");
     engine.reserve(&topic("t"), 1, at(0));
-    engine.touch(&id("j"), at(80)).expect("reserved");
+    engine.touch(&id("j"), None, at(80)).expect("reserved");
     assert!(engine.promote(at(150), 10).changed.is_empty());
     assert_eq!(engine.promote(at(180), 10).changed.len(), 1);
-    assert!(matches!(engine.touch(&id("j"), at(181)), Err(QueueError::WrongState { .. })));
+    assert!(matches!(engine.touch(&id("j"), None, at(181)), Err(QueueError::WrongState { .. })));
     assert_consistent(&engine);
 }
 
@@ -285,7 +285,7 @@ fn topics_are_kept_while_waited_on() {
     engine.wait_on(&topic("t"));
     engine.schedule(&job("j", "t", at(0)), at(0)).expect("new id");
     engine.reserve(&topic("t"), 1, at(0));
-    engine.finish(&id("j")).expect("reserved");
+    engine.finish(&id("j"), None).expect("reserved");
     assert!(engine.topics.contains_key(&topic("t")), "a waiter holds it");
     engine.stop_waiting(&topic("t"));
     assert!(engine.topics.is_empty());
@@ -357,9 +357,9 @@ fn random_operations_keep_every_index_consistent() {
             }
             6 => {
                 let _ = match dice.roll(4) {
-                    0 => engine.finish(&job_id),
-                    1 => engine.nack(&job_id, Duration::from_millis(dice.roll(10)), at(now)),
-                    2 => engine.touch(&job_id, at(now)),
+                    0 => engine.finish(&job_id, None),
+                    1 => engine.nack(&job_id, None, Duration::from_millis(dice.roll(10)), at(now)),
+                    2 => engine.touch(&job_id, None, at(now)),
                     _ => engine.delete(&job_id),
                 };
             }

@@ -1,9 +1,9 @@
 -- nack.lua: gives a reserved job back: waiting again after a delay with attempt + 1,
 -- or dead (removed) when it has no retries left (attempt - 1 >= max_retries).
 -- KEYS: the common three (lib.lua).
--- ARGV[5] id, ARGV[6] delay ms
+-- ARGV[5] id, ARGV[6] delay ms, ARGV[7] the delivery (attempt) the caller holds ('' for any)
 -- Returns: { 'ok', topic, record, state after (0 delay, 1 ready, 5 dead), wake due or nil,
---            {readied topics} } | { 'nf' } | { 'ws', state }
+--            {readied topics} } | { 'nf' } | { 'ws', state } | { 'wa', current attempt }
 local id = ARGV[5]
 local rec = redis.call('HGET', J, id)
 if not rec then
@@ -12,6 +12,9 @@ end
 local h = decode(rec)
 if h.state ~= RESERVED then
   return { 'ws', h.state }
+end
+if ARGV[7] ~= '' and h.attempt ~= tonumber(ARGV[7]) then
+  return { 'wa', h.attempt }
 end
 local topic = topic_name(h.topic)
 detach(id, h.state, topic)

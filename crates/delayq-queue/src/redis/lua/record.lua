@@ -5,6 +5,12 @@ local function peek(rec)
   return floor(byte(rec, 1) / 8) % 4, (read_varint(rec, 2))
 end
 
+-- The attempt of a record, read without decoding the rest.
+local function attempt_of(rec)
+  local _, pos = read_varint(rec, 2)
+  return (read_varint(rec, pos))
+end
+
 local function decode(rec)
   local b = byte(rec, 1)
   -- Every field in the constructor: the table is sized once, not grown field by field.
