@@ -106,7 +106,7 @@ end
 -- record carries a freed code; and since only the end of a call frees, a
 -- job taken out and filed again within one call (nack, promote, replace)
 -- keeps its topic. A freed code is never given again ('#last' only grows),
--- so a node that still remembers it finds it refused by schedule.lua.
+-- so a code a node still remembers is found stale, and replaced, by schedule.lua.
 local function release_idle_topics(live)
   for _, topic in ipairs(noted_list) do
     if not live[topic] then
