@@ -80,3 +80,24 @@ async fn nodes_signal_each_other_through_the_cluster() {
     assert_eq!(reserved.iter().map(|job| job.id.as_str()).collect::<Vec<_>>(), ["42"]);
     assert!(pushed.elapsed() < Duration::from_millis(500), "woken {:?} after the push", pushed.elapsed());
 }
+
+/// Ended topics leave no code, name, count or ready queue in any shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_topics_leave_no_metadata() {
+    let Some(seeds) = service(SEEDS_VARIABLE) else { return };
+    common::topic_metadata::check_ended_topics_leave_no_metadata(&seeds).await;
+}
+
+/// A topic whose metadata was freed works normally when pushed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_pushed_again_after_freeing() {
+    let Some(seeds) = service(SEEDS_VARIABLE) else { return };
+    common::topic_metadata::check_topic_pushed_again_after_freeing(&seeds).await;
+}
+
+/// Pushes racing the delete of a topic's last job keep their topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_racing_the_last_delete_keep_their_topic() {
+    let Some(seeds) = service(SEEDS_VARIABLE) else { return };
+    common::topic_metadata::check_pushes_racing_the_last_delete(&seeds).await;
+}

@@ -479,3 +479,24 @@ async fn notices_lost_data() {
     let held = scheduler.get(&reserved.id).await.expect("get").expect("held");
     assert_eq!(held.state, JobState::Reserved);
 }
+
+/// Ended topics leave no code, name, count or ready queue in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_topics_leave_no_metadata() {
+    let Some(url) = service(URL_VARIABLE) else { return };
+    common::topic_metadata::check_ended_topics_leave_no_metadata(&url).await;
+}
+
+/// A topic whose metadata was freed works normally when pushed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_pushed_again_after_freeing() {
+    let Some(url) = service(URL_VARIABLE) else { return };
+    common::topic_metadata::check_topic_pushed_again_after_freeing(&url).await;
+}
+
+/// Pushes racing the delete of a topic's last job keep their topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_racing_the_last_delete_keep_their_topic() {
+    let Some(url) = service(URL_VARIABLE) else { return };
+    common::topic_metadata::check_pushes_racing_the_last_delete(&url).await;
+}

@@ -37,7 +37,11 @@ pub(super) struct Engine {
     pub(super) fence: AtomicU64,
     /// By shard: the code the shard gave each topic, as schedule.lua last
     /// told. A call whose topics all have one sends records that carry it,
-    /// which saves the script two copies of each record.
+    /// which saves the script two copies of each record. Such a code can be
+    /// stale (a shard frees a topic's code with its last job); schedule.lua
+    /// checks each against the shard and replaces a stale one, so nothing
+    /// here is trusted unchecked. Nothing maps codes back to names on this
+    /// side: scripts reply with topic names.
     topic_codes: Vec<Mutex<HashMap<String, u64>>>,
 }
 
@@ -108,29 +112,11 @@ impl Engine {
         self.add(shard, jobs, now, Arrival::Restored).await
     }
 
+    /// One schedule call: with the topic codes this node knows when it knows
+    /// every topic's, which the script checks (and corrects, telling us).
     async fn add(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp, arrival: Arrival) -> QueueResult<Vec<bool>> {
-        if let Some(codes) = self.cached_codes(shard, jobs) {
-            if let Some(added) = self.add_once(shard, jobs, now, arrival, Some(&codes)).await? {
-                return Ok(added);
-            }
-            // The shard has given codes anew (it lost or cleared its metadata).
-            self.codes_of(shard).clear();
-        }
-        match self.add_once(shard, jobs, now, arrival, None).await? {
-            Some(added) => Ok(added),
-            None => Err(unavailable(CodecError("reply"))),
-        }
-    }
-
-    /// One schedule call; `None` when the shard refused `codes` and wrote nothing.
-    async fn add_once(
-        &self,
-        shard: &ShardKeys,
-        jobs: &[&Job],
-        now: Timestamp,
-        arrival: Arrival,
-        codes: Option<&CallCodes<'_>>,
-    ) -> QueueResult<Option<Vec<bool>>> {
+        let codes = self.cached_codes(shard, jobs);
+        let codes = codes.as_ref();
         let mut invocation = self.invocation(&self.scripts.schedule, shard, now);
         let topics = codes.map_or(&[][..], |codes| &codes.topics);
         invocation.arg(topics.len());
@@ -143,19 +129,15 @@ impl Engine {
             push_job_args(&mut invocation, job, now, arrival, code, &mut record);
         }
         let reply = self.run(&invocation).await?;
-        let parse = || -> Result<Option<Vec<bool>>, CodecError> {
+        let parse = || -> Result<Vec<bool>, CodecError> {
             let mut items = reply::array(reply)?.into_iter();
-            let first = reply::next(&mut items)?;
-            if reply::is_tag(&first, b"stale") {
-                return Ok(None);
-            }
-            let added = reply::array(first)?;
+            let added = reply::array(reply::next(&mut items)?)?;
             self.apply_signals(shard, &mut items)?;
             self.learn_codes(shard, reply::array(reply::next(&mut items)?)?)?;
-            added.iter().map(|flag| reply::int(flag).map(|flag| flag == 1)).collect::<Result<_, _>>().map(Some)
+            added.iter().map(|flag| reply::int(flag).map(|flag| flag == 1)).collect()
         };
         let added = parse().map_err(unavailable)?;
-        if added.as_ref().is_some_and(|added| added.len() != jobs.len()) {
+        if added.len() != jobs.len() {
             return Err(unavailable(CodecError("reply")));
         }
         Ok(added)

@@ -16,7 +16,8 @@ pub(super) struct ShardKeys {
     pub(super) jobs: String,
     /// `{prefix:s}:d`: the timeline of due instants.
     pub(super) timeline: String,
-    /// `{prefix:s}:m`: live counts per state and topic, topic codes, the announced earliest instant.
+    /// `{prefix:s}:m`: live counts per state and topic and topic codes (of
+    /// topics with live jobs only), the announced earliest instant.
     pub(super) meta: String,
     /// `{prefix:s}:r:`: the stem of the per-topic ready queues.
     ready_stem: String,

@@ -9,7 +9,9 @@
 //!   delayed, ttl expiry while ready, ttr deadline while reserved);
 //! - `{p:s}:r:<topic>` ZSET, the ready queue: score `priority * 2^43 + run_at`;
 //! - `{p:s}:m` HASH of live counts per state and topic, topic codes, the
-//!   shard's announced earliest instant and its data-epoch marker;
+//!   shard's announced earliest instant and its data-epoch marker; a topic's
+//!   fields live only while it has a live job in the shard, so `stats` reads
+//!   as much as there are live topics, however many ended before;
 //! - `<prefix>:meta` HASH holding the shard count all nodes agree on and the
 //!   data epoch: a shard without the epoch's marker has lost its data
 //!   ([`Scheduler::check_intact`]), which the leader repairs from the store.

@@ -32,15 +32,6 @@ pub(super) fn status(reply: Value) -> Result<Status, CodecError> {
     }
 }
 
-/// Whether `value` is the string `tag`.
-pub(super) fn is_tag(value: &Value, tag: &[u8]) -> bool {
-    match value {
-        Value::BulkString(bytes) => bytes == tag,
-        Value::SimpleString(text) => text.as_bytes() == tag,
-        _ => false,
-    }
-}
-
 /// Returns the next item of a reply.
 pub(super) fn next(items: &mut impl Iterator<Item = Value>) -> Result<Value, CodecError> {
     items.next().ok_or(CodecError("reply"))

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod topic_metadata;
+
 use std::time::Duration;
 
 use delayq_common::{Due, Job, JobId, JobState, PushRequest, Timestamp, Topic};

@@ -7,8 +7,9 @@ for _, field in ipairs(fields) do
   end
 end
 local held = redis.call('HLEN', J)
--- The data epoch stays: clearing is not a loss of data (mark.lua); so does the leader fence.
-local kept_fields = { '@epoch', '@fence', '@fence_at' }
+-- The data epoch stays: clearing is not a loss of data (mark.lua); so does the leader
+-- fence, and the last topic code, so that no code is ever given twice (index.lua).
+local kept_fields = { '@epoch', '@fence', '@fence_at', '#last' }
 local kept = redis.call('HMGET', M, unpack(kept_fields))
 redis.call('DEL', J, D, M)
 for i, field in ipairs(kept_fields) do

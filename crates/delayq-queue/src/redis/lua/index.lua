@@ -5,6 +5,20 @@
 local count_deltas, count_fields = {}, {}
 -- The count field of each topic by state, built once per call, not once per job.
 local field_names = { {}, {}, {} }
+-- The topic of each count field of the call.
+local field_topics = {}
+-- Topics done() checks for a live job left in the shard: those whose counts
+-- the call changed, and those noted by the script (given a code, say).
+local noted, noted_list = {}, {}
+-- Topics done() freed: the shard no longer gives them a code.
+local released = {}
+
+local function note_topic(topic)
+  if not noted[topic] then
+    noted[topic] = true
+    noted_list[#noted_list + 1] = topic
+  end
+end
 
 local function count(state, topic, delta)
   local of_state = field_names[state + 1]
@@ -16,6 +30,8 @@ local function count(state, topic, delta)
   local current = count_deltas[field]
   if current == nil then
     count_fields[#count_fields + 1] = field
+    field_topics[field] = topic
+    note_topic(topic)
     current = 0
   end
   count_deltas[field] = current + delta
@@ -83,15 +99,42 @@ local function detach(id, state, topic)
   end
 end
 
--- Writes the counts, publishes what this call changed, and returns the
--- signals for the caller's own node: wake due (or false), readied topics.
-local function done()
-  for _, field in ipairs(count_fields) do
-    local delta = count_deltas[field]
-    if delta ~= 0 and redis.call('HINCRBY', M, field, delta) <= 0 then
-      redis.call('HDEL', M, field)
+-- Frees the code and name ('#n', '#c') of each noted topic that has no
+-- live job left in the shard (no delay, ready or reserved count), so the
+-- metadata hash holds only live topics. `live`: topics a count of which
+-- this call left above zero. Counts cover every record of the pool, so no
+-- record carries a freed code; and since only the end of a call frees, a
+-- job taken out and filed again within one call (nack, promote, replace)
+-- keeps its topic. A freed code is never given again ('#last' only grows),
+-- so a code a node still remembers is found stale, and replaced, by schedule.lua.
+local function release_idle_topics(live)
+  for _, topic in ipairs(noted_list) do
+    if not live[topic] then
+      local held = redis.call('HMGET', M, 'd' .. topic, 'r' .. topic, 'x' .. topic, '#n' .. topic)
+      if not held[1] and not held[2] and not held[3] and held[4] then
+        redis.call('HDEL', M, '#n' .. topic, '#c' .. held[4])
+        released[topic] = true
+      end
     end
   end
+end
+
+-- Writes the counts, frees idle topics, publishes what this call changed,
+-- and returns the signals for the caller's own node: wake due (or false),
+-- readied topics.
+local function done()
+  local live = {}
+  for _, field in ipairs(count_fields) do
+    local delta = count_deltas[field]
+    if delta ~= 0 then
+      if redis.call('HINCRBY', M, field, delta) <= 0 then
+        redis.call('HDEL', M, field)
+      else
+        live[field_topics[field]] = true
+      end
+    end
+  end
+  release_idle_topics(live)
   local due = false
   if wake_due then
     due = string.format('%.0f', wake_due)

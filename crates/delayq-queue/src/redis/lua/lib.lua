@@ -9,7 +9,12 @@
 --                          (run_at when delayed, ttl expiry when ready, ttr deadline when reserved)
 --   KEYS[3] {p:s}:m  HASH  shard metadata, fields:
 --                          d|r|x .. topic   live count of the topic in state delay|ready|reserved
---                          #n .. topic      the topic's code; #c .. code: its name; #last: last code
+--                                           (absent when zero)
+--                          #n .. topic      the topic's code; #c .. code: its name. A topic has
+--                                           these only while it has a live job in the shard
+--                                           (index.lua's done() frees them)
+--                          #last            the last code given; it only grows, so a freed
+--                                           code is never given again
 --                          @next            the shard's earliest instant as last announced (set
 --                                           by promote, lowered by every instant that publishes a wake)
 --                          @epoch           the data epoch of <prefix>:meta the shard was marked

@@ -4,8 +4,9 @@
 --   caller believes this shard has given the topics of the call. With k = 0, the
 --   records come without a topic code and this script splices it in after the
 --   first byte; with k > 0 they carry it already, which saves copying each
---   record twice here, and the pairs are checked first (a shard that lost its
---   metadata gives codes anew).
+--   record twice here. The pairs are checked first: a code the shard no longer
+--   gives the topic (freed with the topic's last job, or the shard lost its
+--   metadata) is replaced in that topic's records by the shard's code.
 -- ARGV[6 .. 5 + 2k]: the pairs. Then five per job:
 --   id       encoded id (the pool field)
 --   topic    topic name
@@ -16,8 +17,8 @@
 --            deadline when reserved
 --   expiry   run_at + ttl for a ready job with a ttl, else 0
 -- Returns: { {1 added | 0 already held, ...}, wake due or nil, {readied topics},
---            {topic, code, ...} of the call's topics when k = 0 }
---        | { 'stale' } when a pair does not hold: nothing was written.
+--            {topic, code, ...} of the call's topics when k = 0, else of those
+--            whose pair did not hold; a topic left without a job is left out }
 -- (The first job's topic code and @next are read in one HMGET: a single push costs
 -- four commands: HMGET, HSETNX, ZADD, HINCRBY.)
 local pair_count = tonumber(ARGV[5])
@@ -27,11 +28,22 @@ local first_topic = ARGV[first_job + 1]
 local known = redis.call('HMGET', M, '#n' .. first_topic, '@next')
 held_code(first_topic, known[1])
 announced_due = known[2] and tonumber(known[2]) or false
+local recoded = {}
 for p = 6, first_job - 1, 2 do
   if held_code(ARGV[p]) ~= tonumber(ARGV[p + 1]) then
-    return { 'stale' }
+    recoded[ARGV[p]] = true
   end
 end
+
+-- Puts `code` in place of the topic code a record carries.
+local function recode(rec, code)
+  local _, rest = read_varint(rec, 2)
+  local parts = { sub(rec, 1, 1) }
+  put_varint(parts, code)
+  parts[#parts + 1] = sub(rec, rest)
+  return table.concat(parts)
+end
+
 local coded = pair_count > 0
 local added = {}
 for i = first_job, #ARGV, 5 do
@@ -39,9 +51,13 @@ for i = first_job, #ARGV, 5 do
   local rec = ARGV[i + 2]
   if not coded then
     rec = with_topic_code(rec, topic_code(topic))
+  elseif recoded[topic] then
+    rec = recode(rec, topic_code(topic))
   end
   if redis.call('HSETNX', J, id, rec) == 0 then
     added[#added + 1] = 0
+    -- The topic may have got its code in this call and hold no job: done() looks.
+    note_topic(topic)
   else
     local state = floor(byte(rec, 1) / 8) % 4
     count(state, topic, 1)
@@ -53,12 +69,12 @@ for i = first_job, #ARGV, 5 do
     added[#added + 1] = 1
   end
 end
+local due, topics = done()
 local learned = {}
-if not coded then
-  for topic, code in pairs(codes) do
+for topic, code in pairs(codes) do
+  if (not coded or recoded[topic]) and not released[topic] then
     learned[#learned + 1] = topic
     learned[#learned + 1] = code
   end
 end
-local due, topics = done()
 return { added, due, topics, learned }
