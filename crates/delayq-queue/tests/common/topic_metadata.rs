@@ -181,11 +181,11 @@ pub async fn check_ended_topics_leave_no_metadata(urls: &str) {
             0 => drop(scheduler.delete(&job.id).await.expect("delete")),
             1 => {
                 let reserved = reserve_one(&scheduler, &job.topic).await;
-                scheduler.finish(&reserved.id).await.expect("finish");
+                scheduler.finish(&reserved.id, None).await.expect("finish");
             }
             2 => {
                 let reserved = reserve_one(&scheduler, &job.topic).await;
-                let nacked = scheduler.nack(&reserved.id, Duration::ZERO).await.expect("nack");
+                let nacked = scheduler.nack(&reserved.id, None, Duration::ZERO).await.expect("nack");
                 assert_eq!(nacked.state, JobState::Dead);
             }
             4 => drop(reserve_one(&scheduler, &job.topic).await),
@@ -267,13 +267,13 @@ pub async fn check_topic_pushed_again_after_freeing(urls: &str) {
 
         // finish, then nack and ttr redelivery of the topic's only live job,
         // which takes it out and files it again within one script call.
-        fresh_node.finish(&popped[0].id).await.expect("finish");
-        node.finish(&popped[2].id).await.expect("finish");
-        let nacked = node.nack(&popped[1].id, Duration::ZERO).await.expect("nack");
+        fresh_node.finish(&popped[0].id, None).await.expect("finish");
+        node.finish(&popped[2].id, None).await.expect("finish");
+        let nacked = node.nack(&popped[1].id, None, Duration::ZERO).await.expect("nack");
         assert_eq!((nacked.state, nacked.attempt), (JobState::Ready, 2));
         let again = reserve_one(&node, &queue).await;
         assert_eq!((again.id.clone(), again.attempt), (popped[1].id.clone(), 2));
-        node.finish(&again.id).await.expect("finish");
+        node.finish(&again.id, None).await.expect("finish");
         let mut short = job(&ids(9), &queue, Timestamp::now(), 4);
         short.ttr = Duration::from_millis(50);
         pusher.schedule(&short).await.expect("schedule");
@@ -286,7 +286,7 @@ pub async fn check_topic_pushed_again_after_freeing(urls: &str) {
         let stats = node.stats().await.expect("stats");
         let line = stats.iter().find(|line| line.topic == queue).expect("the topic is in stats");
         assert_eq!((line.delay, line.ready, line.reserved), (0, 0, 1));
-        node.finish(&redelivered.id).await.expect("finish");
+        node.finish(&redelivered.id, None).await.expect("finish");
         assert_eq!(inspector.fields_of(&prefix, shards, &queue).await, Vec::<String>::new(), "freed again");
         assert!(node.stats().await.expect("stats").iter().all(|line| line.topic != queue));
     }
