@@ -752,11 +752,11 @@ impl DelayQueue {
     }
 
     /// Deletes every live job; returns how many there were.
-    #[instrument(skip(self))]
     ///
     /// Pushes of this node wait while it runs; a push of another node that
     /// lands meanwhile is kept, because only the jobs the store ended are
     /// taken out of the scheduler.
+    #[instrument(skip(self))]
     pub async fn clear_all(&self) -> QueueResult<u64> {
         let _no_pushes = self.pushes.write().await;
         let _transition = self.transitions.read().await;
