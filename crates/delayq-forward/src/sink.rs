@@ -26,6 +26,9 @@ pub const HEADER_RUN_AT: &str = "delayq-run-at";
 ///   (the webhook sink posts the whole job as JSON).
 /// - A broker that is down is an error per job, never a panic or a hang past
 ///   the sink's timeout; the sink reconnects by itself.
+/// - A job whose destination the protocol cannot carry (a name past its byte
+///   limit, a character it forbids) fails alone with [`SinkError::Rejected`],
+///   unsent; the other jobs of the batch are published as usual.
 #[async_trait]
 pub trait Sink: Send + Sync + 'static {
     /// Returns the sink type (`rabbitmq`, `kafka`, `webhook`, `log`).
