@@ -14,7 +14,8 @@ pub enum SinkError {
         /// What went wrong.
         reason: String,
     },
-    /// The broker or endpoint refused the message (nack, returned, non-2xx).
+    /// The broker or endpoint refused the message (nack, returned, non-2xx), or
+    /// the sink refused it unsent: its destination breaks a protocol limit.
     #[error("{sink} refused the message: {reason}")]
     Rejected {
         /// The sink type.

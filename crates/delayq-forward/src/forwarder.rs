@@ -5,6 +5,11 @@
 //! Runs only where the timer runs (leader or standalone). It is a client of
 //! [`DelayQueue`] like any consumer: a job is reserved for its ttr while it is
 //! published, so a forwarder that dies mid-batch loses nothing.
+//!
+//! A sink runs in a task of its own: if it panics (a bug in a driver), its
+//! batch counts as unconfirmed and each of its jobs is published again alone,
+//! so only a job that makes the sink panic keeps failing, and no job waits out
+//! its ttr while the forwarder goes on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +17,7 @@ use std::time::Duration;
 use delayq_common::{Job, JobState};
 use delayq_queue::{lease_pause, DelayQueue, QueueError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -54,7 +59,9 @@ pub async fn run_forwarder_fenced(
         if cancel.is_cancelled() {
             break;
         }
-        while in_flight.try_join_next().is_some() {}
+        while let Some(settled) = in_flight.try_join_next() {
+            log_lost_batch(settled);
+        }
         if !holds_leadership() {
             if lease_pause(&cancel).await {
                 continue;
@@ -75,10 +82,19 @@ pub async fn run_forwarder_fenced(
         tokio::select! {
             () = cancel.cancelled() => break,
             () = tokio::time::sleep(pause) => {}
-            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            Some(settled) = in_flight.join_next(), if !in_flight.is_empty() => log_lost_batch(settled),
         }
     }
-    while in_flight.join_next().await.is_some() {}
+    while let Some(settled) = in_flight.join_next().await {
+        log_lost_batch(settled);
+    }
+}
+
+/// Logs a batch whose settling panicked: its jobs come back after their ttr.
+fn log_lost_batch(settled: Result<(), JoinError>) {
+    if let Err(error) = settled {
+        warn!(error = %error, "forwarder batch did not settle; its jobs come back after their ttr");
+    }
 }
 
 /// Reserves one batch of each ready routed topic whose route has room; returns how many started.
@@ -90,9 +106,10 @@ async fn start_batches(
 ) -> Result<usize, QueueError> {
     let mut started = 0;
     for topic in queue.ready_topics().await? {
-        let Some(index) = routes.routes().iter().position(|route| route.takes(&topic)) else { continue };
-        let route = Arc::clone(&routes.routes()[index]);
-        let Ok(permit) = Arc::clone(&permits[index]).try_acquire_owned() else { continue };
+        let mut routed = routes.routes().iter().zip(permits);
+        let Some((route, route_permits)) = routed.find(|(route, _)| route.takes(&topic)) else { continue };
+        let route = Arc::clone(route);
+        let Ok(permit) = Arc::clone(route_permits).try_acquire_owned() else { continue };
         let jobs = match queue.pop(&topic, route.batch, Duration::ZERO).await {
             Ok(jobs) if jobs.is_empty() => continue,
             Ok(jobs) => jobs,
@@ -110,21 +127,64 @@ async fn start_batches(
 /// Publishes one batch and settles every job of it.
 async fn deliver_batch(queue: Arc<DelayQueue>, route: Arc<Route>, jobs: Vec<Job>, _permit: OwnedSemaphorePermit) {
     let count = jobs.len();
+    let jobs: Arc<[Job]> = jobs.into();
     forward_metrics::record_in_flight(&route.label, count as f64);
     let started = Instant::now();
-    let outcomes = publish_bounded(&route, &jobs).await;
+    let published = publish_guarded(&route, &jobs).await;
     forward_metrics::record_latency(&route.label, started.elapsed());
     let settled = futures::future::join_all(
-        jobs.iter().zip(outcomes).map(|(job, outcome)| settle_job(&queue, &route, job, outcome)),
+        jobs.iter().zip(published.outcomes).map(|(job, outcome)| settle_job(&queue, &route, job, outcome)),
     )
     .await;
     let mut tally = Tally::default();
+    if published.sink_panicked {
+        // The batch attempt failed, and the broker may hold any of its jobs.
+        tally.failed += count as u64;
+        tally.unconfirmed += count as u64;
+    }
     for settlement in settled {
         tally.add(settlement);
     }
     route.counters().add(tally.published, tally.failed, tally.unconfirmed, tally.dead, tally.unfinished);
     forward_metrics::record_outcomes(&route.label, tally.published, tally.failed, tally.unconfirmed, tally.dead);
     forward_metrics::record_in_flight(&route.label, -(count as f64));
+}
+
+/// The outcomes of a batch, one per job, and whether the sink panicked on the batch as a whole.
+struct Published {
+    outcomes: Vec<Result<(), SinkError>>,
+    sink_panicked: bool,
+}
+
+/// Publishes the batch in a task of its own; if the sink panics, publishes
+/// each job alone, each in its own task, so the panic fails only the jobs that cause it.
+async fn publish_guarded(route: &Arc<Route>, jobs: &Arc<[Job]>) -> Published {
+    let panic = match publish_in_task(route, Arc::clone(jobs)).await {
+        Ok(outcomes) => return Published { outcomes, sink_panicked: false },
+        Err(panic) => panic,
+    };
+    warn!(sink = %route.label, jobs = jobs.len(), error = %panic, "sink panicked, publishing the batch job by job");
+    let alone = jobs.iter().map(|job| async move {
+        let one: Arc<[Job]> = Arc::from([job.clone()]);
+        match publish_in_task(route, one).await {
+            Ok(outcomes) => outcomes.into_iter().next().unwrap_or_else(|| Err(no_outcome(route))),
+            Err(panic) => {
+                warn!(sink = %route.label, job_id = %job.id, error = %panic, "sink panicked on this job");
+                Err(SinkError::Unconfirmed { sink: route.sink.kind(), reason: "the sink panicked".to_owned() })
+            }
+        }
+    });
+    Published { outcomes: futures::future::join_all(alone).await, sink_panicked: true }
+}
+
+/// Runs [`publish_bounded`] in a spawned task; a panic in the sink comes back as the task's error.
+async fn publish_in_task(route: &Arc<Route>, jobs: Arc<[Job]>) -> Result<Vec<Result<(), SinkError>>, JoinError> {
+    let route = Arc::clone(route);
+    tokio::spawn(async move { publish_bounded(&route, &jobs).await }).await
+}
+
+fn no_outcome(route: &Route) -> SinkError {
+    SinkError::Unconfirmed { sink: route.sink.kind(), reason: "outcomes do not match the batch".to_owned() }
 }
 
 /// Publishes with the route's timeout (plus grace) as the outer bound.
@@ -134,8 +194,7 @@ async fn publish_bounded(route: &Route, jobs: &[Job]) -> Vec<Result<(), SinkErro
         Ok(outcomes) if outcomes.len() == jobs.len() => outcomes,
         Ok(outcomes) => {
             warn!(sink, expected = jobs.len(), got = outcomes.len(), "sink returned a wrong number of outcomes");
-            let reason = "outcomes do not match the batch".to_owned();
-            jobs.iter().map(|_| Err(SinkError::Unconfirmed { sink, reason: reason.clone() })).collect()
+            jobs.iter().map(|_| Err(no_outcome(route))).collect()
         }
         Err(_) => {
             let reason = "publish timed out".to_owned();

@@ -15,6 +15,9 @@
 //!
 //! [`DelayQueue`]: delayq_queue::DelayQueue
 
+// A broker reply, a job's content or the network must never panic the forwarder.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
+
 pub mod error;
 pub mod forwarder;
 pub mod metrics;
@@ -22,6 +25,12 @@ pub mod route;
 pub mod sink;
 pub mod sinks;
 #[cfg(feature = "testsuite")]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    reason = "test support: a failed check panics"
+)]
 pub mod testsuite;
 
 pub use error::SinkError;

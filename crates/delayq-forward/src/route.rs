@@ -44,8 +44,8 @@ impl TopicPattern {
             return rest.is_empty();
         };
         for piece in middle {
-            match rest.find(piece) {
-                Some(at) => rest = &rest[at + piece.len()..],
+            match rest.split_once(piece) {
+                Some((_, after)) => rest = after,
                 None => return false,
             }
         }

@@ -26,6 +26,9 @@ pub const HEADER_RUN_AT: &str = "delayq-run-at";
 ///   (the webhook sink posts the whole job as JSON).
 /// - A broker that is down is an error per job, never a panic or a hang past
 ///   the sink's timeout; the sink reconnects by itself.
+/// - A job whose destination the protocol cannot carry (a name past its byte
+///   limit, a character it forbids) fails alone with [`SinkError::Rejected`],
+///   unsent; the other jobs of the batch are published as usual.
 #[async_trait]
 pub trait Sink: Send + Sync + 'static {
     /// Returns the sink type (`rabbitmq`, `kafka`, `webhook`, `log`).
@@ -68,20 +71,20 @@ impl Template {
     /// An unbalanced brace or an unknown placeholder, naming `field`.
     pub fn parse(field: &'static str, template: &str) -> Result<Template, SinkError> {
         let invalid = |reason: String| SinkError::Invalid { field, reason };
+        let unopened = || invalid(format!("{template:?} has a '}}' without '{{'"));
         let mut parts = Vec::new();
         let mut rest = template;
-        while let Some(open) = rest.find(['{', '}']) {
-            if rest[open..].starts_with('}') {
-                return Err(invalid(format!("{template:?} has a '}}' without '{{'")));
+        while let Some((literal, after_open)) = rest.split_once('{') {
+            if literal.contains('}') {
+                return Err(unopened());
             }
-            if open > 0 {
-                parts.push(Part::Literal(rest[..open].to_owned()));
+            if !literal.is_empty() {
+                parts.push(Part::Literal(literal.to_owned()));
             }
-            let after = &rest[open + 1..];
-            let Some(close) = after.find('}') else {
+            let Some((name, after_close)) = after_open.split_once('}') else {
                 return Err(invalid(format!("{template:?} has a '{{' without '}}'")));
             };
-            parts.push(match &after[..close] {
+            parts.push(match name {
                 "topic" => Part::Topic,
                 "subtopic" => Part::Subtopic,
                 "id" => Part::Id,
@@ -91,12 +94,28 @@ impl Template {
                     )))
                 }
             });
-            rest = &after[close + 1..];
+            rest = after_close;
+        }
+        if rest.contains('}') {
+            return Err(unopened());
         }
         if !rest.is_empty() {
             parts.push(Part::Literal(rest.to_owned()));
         }
         Ok(Template { parts })
+    }
+
+    /// Returns the fixed text of the template: everything but its placeholders.
+    pub fn literals(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Literal(text) => Some(text.as_str()),
+            _ => None,
+        })
+    }
+
+    /// Returns whether the template has no placeholder: it expands to the same text for every job.
+    pub fn is_fixed(&self) -> bool {
+        self.parts.iter().all(|part| matches!(part, Part::Literal(_)))
     }
 
     /// Returns the template expanded for a job.
@@ -153,8 +172,19 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn literals_are_the_fixed_text() {
+        let template = Template::parse("routing_key", "due.{topic}.{subtopic}").unwrap();
+        assert_eq!(template.literals().collect::<Vec<_>>(), ["due.", "."]);
+        assert!(!template.is_fixed());
+        let fixed = Template::parse("routing_key", "plain").unwrap();
+        assert_eq!(fixed.literals().collect::<Vec<_>>(), ["plain"]);
+        assert!(fixed.is_fixed());
+        assert!(Template::parse("routing_key", "").unwrap().is_fixed());
+    }
+
+    #[test]
     fn malformed_templates_name_their_field() {
-        for bad in ["{topic", "topic}", "{nope}", "{}"] {
+        for bad in ["{topic", "topic}", "{nope}", "{}", "a}{topic}", "{topic}}", "{to{pic}", "}{"] {
             let error = Template::parse("routing_key", bad).unwrap_err();
             assert!(matches!(error, SinkError::Invalid { field: "routing_key", .. }), "{bad}: {error}");
         }

@@ -1,6 +1,6 @@
 //! The Kafka sink and the forwarder against librdkafka's mock cluster:
 //! 10,000 due jobs arrive on the configured topic with the configured keys and
-//! the delayq-* headers.
+//! the delayq-* headers; a job whose expanded topic name is invalid fails alone.
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, unique_name, Harness};
 use delayq_forward::testsuite::{self, Delivered, Destination};
-use delayq_forward::KafkaSink;
+use delayq_forward::{KafkaSink, Sink, SinkError};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -108,6 +108,37 @@ async fn ten_thousand_due_jobs_arrive_on_the_mock_cluster_with_their_keys() {
     assert!(all_finished, "every delivered job is finished");
     assert!(counters.published() >= JOBS as u64);
     drop(harness);
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_expanded_topic_is_invalid_fails_alone_and_its_batch_mates_arrive() {
+    let cluster = MockCluster::new(1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    cluster.create_topic("delayq-bytes-eu", 1, 1).unwrap();
+    let destination = TopicDestination::start(&bootstrap, "delayq-bytes-eu");
+    let sink =
+        KafkaSink::new(&bootstrap, "delayq-bytes-{subtopic}", &BTreeMap::new(), Duration::from_secs(10)).unwrap();
+    let mut jobs = testsuite::sample_jobs("bytes", 3);
+    for job in &mut jobs {
+        job.subtopic = Some("eu".to_owned());
+    }
+    jobs[1].subtopic = Some("😀".repeat(64));
+    let started = Instant::now();
+    let outcomes = sink.publish(&jobs).await;
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[1], Err(SinkError::Rejected { sink: "kafka", .. })),
+        "refused, not timed out: {outcomes:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "refused at once, not after the delivery timeout");
+    let arrived = eventually(Duration::from_secs(10), || async { destination.delivered().await.len() >= 2 }).await;
+    assert!(arrived);
+    let delivered = destination.delivered().await;
+    let ids: Vec<&str> = delivered.iter().map(|message| message.headers["delayq-id"].as_str()).collect();
+    assert_eq!(ids, [jobs[0].id.as_str(), jobs[2].id.as_str()]);
+    drop(destination);
+    drop(sink);
     drop(cluster);
 }
 

@@ -1,7 +1,8 @@
 //! The RabbitMQ sink and the forwarder against the real broker
 //! (`DELAYQ_TEST_AMQP_URL`): 10,000 due jobs arrive once each with their
 //! headers; an outage cut with a TCP proxy loses nothing and finishes nothing
-//! unconfirmed; an unroutable (returned) message is a failure.
+//! unconfirmed; an unroutable (returned) message is a failure; a routing key past
+//! 255 bytes fails its job alone.
 
 mod common;
 
@@ -371,4 +372,68 @@ async fn the_rabbitmq_sink_passes_the_conformance_checks() {
     testsuite::an_empty_batch_publishes_nothing(&sink, &destination).await;
     consumer.abort();
     broker.delete_queue(&queue).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routing_key_past_255_bytes_fails_its_job_alone_and_its_batch_mates_arrive_once() {
+    let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
+    let broker = Broker::connect(&url).await;
+    let exchange = unique_name("delayq-fwd-bytes-x");
+    let queue = unique_name("delayq-fwd-bytes-q");
+    broker.declare_exchange(&exchange).await;
+    broker.declare_queue(&queue).await;
+    broker
+        .channel
+        .queue_bind(
+            queue.as_str().into(),
+            exchange.as_str().into(),
+            "#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let (arrivals, consumer) = broker.consume(&queue).await;
+    let sink = Arc::new(RabbitSink::new(&url, &exchange, "{topic}.{subtopic}", Duration::from_secs(5)).unwrap());
+    let harness = Harness::start(&["bytes.*"], sink, |_| {}).await;
+
+    let job = |subtopic: String, body: String| {
+        json!({"topic": "bytes.job", "subtopic": subtopic, "body": body, "delay": 300,
+               "maxRetries": 1, "retryBackoff": [100]})
+    };
+    let mut jobs: Vec<_> = (0..99).map(|i| job(format!("s{i}"), format!("job-{i}"))).collect();
+    // 64 characters, 256 bytes: "bytes.job." plus it is 266 bytes, past AMQP's 255.
+    jobs.insert(50, job("😀".repeat(64), "big".to_owned()));
+    let ids = harness.push_all(jobs).await;
+    let big = ids[50].clone();
+    let ordinary: Vec<_> = ids.iter().filter(|id| **id != big).cloned().collect();
+
+    let all_arrived = eventually(Duration::from_secs(15), || async { arrivals_by_id(&arrivals).len() >= 99 }).await;
+    assert!(all_arrived, "only {} of the 99 batch-mates arrived", arrivals_by_id(&arrivals).len());
+    let dead = eventually(Duration::from_secs(15), || async { harness.state(&big).await == JobState::Dead }).await;
+    assert!(dead, "the job whose routing key the broker cannot take is dead after maxRetries");
+    let all_finished = eventually(Duration::from_secs(10), || async {
+        for id in &ordinary {
+            if harness.state(id).await != JobState::Finished {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(all_finished, "every batch-mate is finished");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let counts = arrivals_by_id(&arrivals);
+    for id in &ordinary {
+        assert_eq!(counts.get(id.as_str()), Some(&1), "job {id} arrives exactly once");
+    }
+    assert!(!counts.contains_key(big.as_str()), "the oversized job never reaches the broker");
+    assert_eq!(counts.len(), 99);
+    let counters = harness.route().counters();
+    assert_eq!((counters.published(), counters.failed(), counters.dead()), (99, 2, 1));
+    assert_eq!(counters.unconfirmed(), 0, "a refused destination is not a possible duplicate");
+
+    consumer.abort();
+    broker.delete_queue(&queue).await;
+    broker.delete_exchange(&exchange).await;
 }

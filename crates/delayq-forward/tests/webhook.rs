@@ -1,5 +1,6 @@
 //! The webhook sink against a real HTTP server (axum): retries with the job's
-//! backoff, headers, signature, dead after maxRetries, unrouted topics stay pull.
+//! backoff, headers, signature, dead after maxRetries, unrouted topics stay pull,
+//! redirects are failures.
 
 mod common;
 
@@ -8,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::routing::{any, post};
 use axum::Router;
 use common::{eventually, Harness};
 use delayq_common::{JobState, Topic};
@@ -160,6 +161,55 @@ async fn an_unreachable_webhook_keeps_the_job_until_it_answers() {
         eventually(Duration::from_secs(10), || async { harness.state(&ids[0]).await == JobState::Finished }).await;
     assert!(finished, "delivered once the endpoint is up (204 is a 2xx)");
     assert_eq!(received.lock().unwrap().len(), 1);
+}
+
+/// Starts an endpoint whose `/due` answers `status` with `Location: /elsewhere`, and whose
+/// `/elsewhere` answers 200 to any method; returns the URL of `/due`, the requests `/due`
+/// received and the methods `/elsewhere` received.
+async fn start_redirecting_endpoint(
+    status: StatusCode,
+) -> (String, Arc<Mutex<Vec<Received>>>, Arc<Mutex<Vec<Method>>>) {
+    let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+    let elsewhere: Arc<Mutex<Vec<Method>>> = Arc::default();
+    let (due_log, elsewhere_log) = (received.clone(), elsewhere.clone());
+    let app = Router::new()
+        .route(
+            "/due",
+            post(move |headers: HeaderMap, body: Bytes| async move {
+                due_log.lock().unwrap().push(Received { at: Instant::now(), headers, body });
+                (status, [(header::LOCATION, "/elsewhere")])
+            }),
+        )
+        .route(
+            "/elsewhere",
+            any(move |method: Method| async move {
+                elsewhere_log.lock().unwrap().push(method);
+                StatusCode::OK
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/due"), received, elsewhere)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_a_failed_delivery_and_is_never_followed() {
+    for status in [StatusCode::FOUND, StatusCode::TEMPORARY_REDIRECT, StatusCode::MOVED_PERMANENTLY] {
+        let (url, received, elsewhere) = start_redirecting_endpoint(status).await;
+        let harness = Harness::start(&["hook.*"], webhook(&url, None), |_| {}).await;
+        let ids = harness
+            .push_all(vec![json!({"topic": "hook.moved", "body": "x", "maxRetries": 1, "retryBackoff": [100]})])
+            .await;
+        let id = &ids[0];
+        let dead = eventually(Duration::from_secs(15), || async { harness.state(id).await == JobState::Dead }).await;
+        assert!(dead, "{status}: a redirect is a failure; the job is dead after maxRetries, not finished");
+        assert_eq!(received.lock().unwrap().len(), 2, "{status}: the first delivery and one retry");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(elsewhere.lock().unwrap().is_empty(), "{status}: the redirect target is never called");
+        let counters = harness.route().counters();
+        assert_eq!((counters.published(), counters.failed(), counters.dead()), (0, 2, 1), "{status}");
+    }
 }
 
 /// What the endpoint received, as the conformance checks read it.

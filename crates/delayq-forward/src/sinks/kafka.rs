@@ -1,4 +1,8 @@
 //! The Kafka sink: an idempotent producer with `acks=all`; a delivery report is the confirmation.
+//!
+//! Kafka topic names are 1 to 249 characters of `a-z A-Z 0-9 . _ -` (and not
+//! `.` or `..`). A topic template that expands to anything else for one job
+//! fails that job alone, before anything is sent.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,6 +19,8 @@ use crate::error::SinkError;
 use crate::sink::{message_headers, Sink, Template};
 
 const KIND: &str = "kafka";
+/// The longest Kafka topic name.
+const MAX_TOPIC_CHARS: usize = 249;
 /// Producer properties delayq sets itself: at-least-once depends on them.
 const FIXED_PROPERTIES: [&str; 4] = ["bootstrap.servers", "enable.idempotence", "acks", "message.timeout.ms"];
 
@@ -29,7 +35,8 @@ impl KafkaSink {
     /// Creates the producer; librdkafka connects in the background.
     ///
     /// # Errors
-    /// A malformed topic template, a fixed property overridden, or a property librdkafka refuses.
+    /// A malformed topic template (or one whose fixed text no Kafka topic name
+    /// can hold), a fixed property overridden, or a property librdkafka refuses.
     pub fn new(
         brokers: &str,
         topic: &str,
@@ -37,6 +44,7 @@ impl KafkaSink {
         timeout: Duration,
     ) -> Result<KafkaSink, SinkError> {
         let topic = Template::parse("kafka_topic", topic)?;
+        check_topic_template(&topic).map_err(|reason| SinkError::Invalid { field: "kafka_topic", reason })?;
         let mut config = ClientConfig::new();
         for (key, value) in properties {
             if FIXED_PROPERTIES.contains(&key.as_str()) {
@@ -64,6 +72,52 @@ pub(crate) fn record_key(job: &Job) -> &str {
     job.subtopic.as_deref().filter(|subtopic| !subtopic.is_empty()).unwrap_or(job.id.as_str())
 }
 
+/// Checks a topic name against Kafka's rules; returns why it breaks them.
+fn check_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("is empty".to_owned());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} is reserved"));
+    }
+    // Every allowed character is one byte, so counting bytes counts characters.
+    if name.len() > MAX_TOPIC_CHARS {
+        return Err(format!("is {} bytes long; Kafka allows at most {MAX_TOPIC_CHARS}", name.len()));
+    }
+    if !name.chars().all(is_topic_char) {
+        return Err("may only contain a-z A-Z 0-9 . _ -".to_owned());
+    }
+    Ok(())
+}
+
+fn is_topic_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// Refuses a template that cannot expand to a valid topic name for any job.
+fn check_topic_template(template: &Template) -> Result<(), String> {
+    if template.is_fixed() {
+        let name: String = template.literals().collect();
+        return check_topic_name(&name).map_err(|reason| format!("the topic name {reason}"));
+    }
+    let fixed_chars: usize = template.literals().map(str::len).sum();
+    if !template.literals().all(|literal| literal.chars().all(is_topic_char)) {
+        return Err("may only contain a-z A-Z 0-9 . _ - besides its placeholders".to_owned());
+    }
+    if fixed_chars > MAX_TOPIC_CHARS {
+        return Err(format!("has {fixed_chars} characters besides its placeholders; Kafka allows {MAX_TOPIC_CHARS}"));
+    }
+    Ok(())
+}
+
+/// Returns the job's topic name, or why Kafka could not take it.
+fn topic_of(template: &Template, job: &Job) -> Result<String, SinkError> {
+    let name = template.expand(job);
+    check_topic_name(&name)
+        .map_err(|reason| SinkError::Rejected { sink: KIND, reason: format!("the expanded topic name {reason}") })?;
+    Ok(name)
+}
+
 fn classify(error: KafkaError) -> SinkError {
     let reason = error.to_string();
     match error.rdkafka_error_code() {
@@ -80,9 +134,17 @@ impl Sink for KafkaSink {
     }
 
     async fn publish(&self, jobs: &[Job]) -> Vec<Result<(), SinkError>> {
-        let topics: Vec<String> = jobs.iter().map(|job| self.topic.expand(job)).collect();
+        let topics: Vec<Result<String, SinkError>> = jobs.iter().map(|job| topic_of(&self.topic, job)).collect();
         let mut pending = Vec::with_capacity(jobs.len());
         for (job, topic) in jobs.iter().zip(&topics) {
+            let topic = match topic {
+                Ok(topic) => topic,
+                Err(refused) => {
+                    // Only this job fails; nothing of it was sent.
+                    pending.push(Err(refused.clone()));
+                    continue;
+                }
+            };
             let mut headers = OwnedHeaders::new_with_capacity(4);
             for (key, value) in message_headers(job) {
                 headers = headers.insert(Header { key, value: Some(value.as_str()) });
@@ -112,5 +174,49 @@ impl Sink for KafkaSink {
             });
         }
         outcomes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::tests::job;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(check_topic_name("delayq.order-close_v2").is_ok());
+        assert!(check_topic_name(&"a".repeat(249)).is_ok());
+        for bad in ["", ".", "..", "order:close", "a b", "café"] {
+            assert!(check_topic_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_topic_name(&"a".repeat(250)).unwrap_err().contains("250 bytes"));
+    }
+
+    #[test]
+    fn templates_that_can_never_be_a_topic_are_refused_naming_the_field() {
+        let refused = |template: &str| {
+            let error = KafkaSink::new("127.0.0.1:9092", template, &BTreeMap::new(), Duration::from_secs(1)).err();
+            matches!(error, Some(SinkError::Invalid { field: "kafka_topic", .. }))
+        };
+        assert!(refused("due:{topic}"));
+        assert!(refused(".."));
+        assert!(refused(&format!("{}{{topic}}", "a".repeat(250))));
+        assert!(refused(&"a".repeat(250)));
+        assert!(!refused("delayq-{topic}-due"));
+        assert!(!refused("audit"));
+    }
+
+    #[test]
+    fn a_job_whose_expanded_topic_is_invalid_is_refused() {
+        let template = Template::parse("kafka_topic", "due-{subtopic}").unwrap();
+        assert_eq!(topic_of(&template, &job("1", "t", Some("eu"))).unwrap(), "due-eu");
+        for subtopic in ["😀".repeat(64), "a b".to_owned(), "x".repeat(246)] {
+            let error = topic_of(&template, &job("1", "t", Some(&subtopic))).unwrap_err();
+            assert!(matches!(error, SinkError::Rejected { sink: "kafka", .. }), "{error}");
+            assert!(!error.maybe_delivered());
+        }
+        // A delayq topic may hold ':', a Kafka topic may not.
+        let by_topic = Template::parse("kafka_topic", "{topic}").unwrap();
+        assert!(topic_of(&by_topic, &job("1", "order:eu", None)).is_err());
     }
 }

@@ -1,5 +1,9 @@
 //! The RabbitMQ sink: persistent messages, publisher confirms, mandatory
 //! publishing (a message no queue takes is a failure), reconnect with backoff.
+//!
+//! AMQP carries the exchange, the routing key and the message id as short
+//! strings of at most 255 bytes (bytes, not characters). A routing key that
+//! expands past that for one job fails that job alone, before anything is sent.
 
 use std::time::Duration;
 
@@ -22,6 +26,8 @@ const MIN_RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
 /// AMQP delivery mode 2: the broker writes the message to disk.
 const PERSISTENT: u8 = 2;
+/// The longest AMQP short string (exchange, routing key, message id), in bytes.
+const MAX_SHORT_STRING_BYTES: usize = 255;
 
 /// Publishes each job as a persistent message and waits for the broker's confirm.
 pub struct RabbitSink {
@@ -44,14 +50,25 @@ impl RabbitSink {
     /// and waiting for a batch's confirms.
     ///
     /// # Errors
-    /// A malformed URL or routing key template.
+    /// A malformed URL or routing key template, an exchange longer than
+    /// 255 bytes, or a routing key whose fixed text alone is.
     pub fn new(url: &str, exchange: &str, routing_key: &str, timeout: Duration) -> Result<RabbitSink, SinkError> {
         url.parse::<lapin::uri::AMQPUri>()
             .map_err(|reason| SinkError::Invalid { field: "url", reason: format!("not an amqp URL: {reason}") })?;
+        let exchange = short_string(exchange)
+            .map_err(|reason| SinkError::Invalid { field: "exchange", reason: format!("{exchange:?} {reason}") })?;
+        let routing_key_template = Template::parse("routing_key", routing_key)?;
+        let fixed_bytes: usize = routing_key_template.literals().map(str::len).sum();
+        if fixed_bytes > MAX_SHORT_STRING_BYTES {
+            return Err(SinkError::Invalid {
+                field: "routing_key",
+                reason: format!("{fixed_bytes} bytes without its placeholders; AMQP allows {MAX_SHORT_STRING_BYTES}"),
+            });
+        }
         Ok(RabbitSink {
             url: url.to_owned(),
-            exchange: exchange.into(),
-            routing_key: Template::parse("routing_key", routing_key)?,
+            exchange,
+            routing_key: routing_key_template,
             timeout,
             link: Mutex::new(Link { open: None, retry_at: None, backoff: MIN_RECONNECT_BACKOFF }),
         })
@@ -106,16 +123,31 @@ impl RabbitSink {
         }
     }
 
-    fn properties(job: &Job) -> BasicProperties {
+    /// Returns the routing key and properties of a job's message, or why the
+    /// broker could not take it (a short string past 255 bytes).
+    fn envelope(&self, job: &Job) -> Result<(ShortString, BasicProperties), SinkError> {
+        let refused =
+            |what: &str, reason: String| SinkError::Rejected { sink: KIND, reason: format!("{what} {reason}") };
+        let routing_key =
+            short_string(self.routing_key.expand(job)).map_err(|reason| refused("routing key", reason))?;
+        let message_id = short_string(job.id.as_str()).map_err(|reason| refused("message id", reason))?;
         let mut headers = FieldTable::default();
         for (name, value) in message_headers(job) {
-            headers.insert(name.into(), AMQPValue::LongString(LongString::from(value)));
+            let name = short_string(name).map_err(|reason| refused("header name", reason))?;
+            headers.insert(name, AMQPValue::LongString(LongString::from(value)));
         }
-        BasicProperties::default()
-            .with_delivery_mode(PERSISTENT)
-            .with_message_id(job.id.as_str().into())
-            .with_headers(headers)
+        let properties =
+            BasicProperties::default().with_delivery_mode(PERSISTENT).with_message_id(message_id).with_headers(headers);
+        Ok((routing_key, properties))
     }
+}
+
+/// Returns `text` as an AMQP short string, or why it cannot be one.
+fn short_string(text: impl Into<String>) -> Result<ShortString, String> {
+    let text = text.into();
+    let bytes = text.len();
+    ShortString::try_new(text)
+        .map_err(|_| format!("is {bytes} bytes long; AMQP allows at most {MAX_SHORT_STRING_BYTES} bytes"))
 }
 
 async fn open_confirm_channel(url: &str) -> Result<(Connection, Channel), lapin::Error> {
@@ -155,16 +187,17 @@ impl Sink for RabbitSink {
         // Publish the whole batch first, then collect the confirms: one round trip, not one per job.
         let mut pending = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let routing_key: ShortString = self.routing_key.expand(job).into();
+            let (routing_key, properties) = match self.envelope(job) {
+                Ok(envelope) => envelope,
+                Err(refused) => {
+                    // Only this job fails; nothing of it reached the broker.
+                    pending.push(Err(refused));
+                    continue;
+                }
+            };
             let sent = tokio::time::timeout_at(
                 deadline,
-                channel.basic_publish(
-                    self.exchange.clone(),
-                    routing_key,
-                    mandatory,
-                    job.body.as_bytes(),
-                    RabbitSink::properties(job),
-                ),
+                channel.basic_publish(self.exchange.clone(), routing_key, mandatory, job.body.as_bytes(), properties),
             )
             .await;
             pending.push(match sent {
@@ -199,5 +232,49 @@ impl Sink for RabbitSink {
             self.forget_connection().await;
         }
         outcomes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::tests::job;
+
+    const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+    fn sink(routing_key: &str) -> RabbitSink {
+        RabbitSink::new(URL, "", routing_key, Duration::from_secs(1)).unwrap()
+    }
+
+    #[test]
+    fn an_exchange_past_255_bytes_is_refused_naming_the_field() {
+        // 64 four-byte characters: 64 characters, 256 bytes.
+        let error = RabbitSink::new(URL, &"😀".repeat(64), "{topic}", Duration::from_secs(1)).err().unwrap();
+        assert!(matches!(error, SinkError::Invalid { field: "exchange", .. }), "{error}");
+        assert!(error.to_string().contains("256 bytes"), "{error}");
+        assert!(RabbitSink::new(URL, &"x".repeat(255), "{topic}", Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn a_routing_key_whose_fixed_text_is_past_255_bytes_is_refused() {
+        let error = RabbitSink::new(URL, "", &format!("{}{{topic}}", "é".repeat(128)), Duration::from_secs(1));
+        assert!(matches!(error, Err(SinkError::Invalid { field: "routing_key", .. })));
+        assert!(RabbitSink::new(URL, "", &format!("{}{{topic}}", "x".repeat(255)), Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn a_routing_key_that_expands_past_255_bytes_refuses_only_its_job() {
+        let routing = sink("{topic}.{subtopic}");
+        let oversized = job("7", "t", Some(&"😀".repeat(64)));
+        let error = routing.envelope(&oversized).err().unwrap();
+        assert!(matches!(error, SinkError::Rejected { .. }), "{error}");
+        assert!(!error.maybe_delivered(), "nothing was sent");
+        assert!(error.to_string().contains("routing key is 258 bytes"), "{error}");
+        let (routing_key, properties) = routing.envelope(&job("8", "t", Some("eu"))).unwrap();
+        assert_eq!(routing_key.as_str(), "t.eu");
+        assert_eq!(properties.message_id().as_ref().map(ShortString::as_str), Some("8"));
+        // Exactly 255 bytes still fits.
+        let fits = job("9", "t", Some(&"x".repeat(253)));
+        assert_eq!(routing.envelope(&fits).unwrap().0.as_str().len(), 255);
     }
 }

@@ -1,4 +1,8 @@
 //! The webhook sink: POST the job as JSON; a 2xx answer is the confirmation.
+//!
+//! Redirects are never followed: a client that follows a 302 or 303 turns the
+//! POST into a GET without the body, and a 2xx from the redirect target would
+//! then finish a job the endpoint never received. Any 3xx is a failed delivery.
 
 use std::time::Duration;
 
@@ -34,6 +38,7 @@ impl WebhookSink {
             .ok_or_else(|| SinkError::Invalid { field: "url", reason: format!("{url:?} is not an http(s) URL") })?;
         let client = reqwest::Client::builder()
             .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|error| SinkError::Invalid { field: "url", reason: error.to_string() })?;
         Ok(WebhookSink { client, url, secret: secret.map(|secret| secret.as_bytes().to_vec()) })
@@ -60,6 +65,8 @@ impl WebhookSink {
         let status = response.status();
         if status.is_success() {
             Ok(())
+        } else if status.is_redirection() {
+            Err(SinkError::Rejected { sink: KIND, reason: format!("answered {status}; redirects are not followed") })
         } else {
             Err(SinkError::Rejected { sink: KIND, reason: format!("answered {status}") })
         }
