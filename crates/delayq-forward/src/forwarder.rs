@@ -239,7 +239,7 @@ impl Tally {
 /// Finishes a confirmed job, gives a failed one back with its backoff.
 async fn settle_job(queue: &DelayQueue, route: &Route, job: &Job, outcome: Result<(), SinkError>) -> Settlement {
     match outcome {
-        Ok(()) => match queue.finish(&job.id, None).await {
+        Ok(()) => match queue.finish(&job.id, Some(job.attempt), None).await {
             Ok(_) => Settlement::Published,
             Err(error) => {
                 // The broker has it; the reservation runs out and it is delivered again.
@@ -250,7 +250,7 @@ async fn settle_job(queue: &DelayQueue, route: &Route, job: &Job, outcome: Resul
         Err(failure) => {
             let unconfirmed = failure.maybe_delivered();
             debug!(sink = %route.label, job_id = %job.id, attempt = job.attempt, error = %failure, "publish failed");
-            let dead = match queue.nack(&job.id, None).await {
+            let dead = match queue.nack(&job.id, Some(job.attempt), None).await {
                 Ok(nacked) if nacked.state == JobState::Dead => {
                     warn!(sink = %route.label, job_id = %job.id, attempt = job.attempt, error = %failure,
                         "job dead: out of retries while forwarding");
