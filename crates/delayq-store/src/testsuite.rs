@@ -24,10 +24,12 @@ use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use crate::store::{JobStore, ListCursor, StateChange, StoreError};
 
 mod bounds;
+mod outage;
 mod reads;
 mod writes;
 
 pub use bounds::*;
+pub use outage::SqliteWriteLock;
 pub use reads::*;
 pub use writes::*;
 
