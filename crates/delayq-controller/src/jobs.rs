@@ -4,9 +4,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use delayq_common::{ErrorKind, JobId, Limits, PushRequest, TimeUnit, Timestamp};
-use delayq_queue::service::{
-    DEFAULT_HISTORY_LIMIT, MAX_BATCH_PUSH, MAX_HISTORY_LIMIT, MAX_POP_COUNT, MAX_POP_WAIT,
-};
+use delayq_queue::service::{DEFAULT_HISTORY_LIMIT, MAX_BATCH_PUSH, MAX_HISTORY_LIMIT, MAX_POP_COUNT, MAX_POP_WAIT};
 use delayq_queue::{Pushed, QueueError, QueueResult};
 use serde::Serialize;
 use serde_json::{Map, Value};

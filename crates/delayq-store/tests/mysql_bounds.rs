@@ -74,7 +74,10 @@ async fn the_retention_task_purges_jobs_ended_before_the_retention() {
     }
     let two_hours_ago = Timestamp::from_millis(Timestamp::now().as_millis() - 7_200_000);
     store
-        .record(vec![change(&old, JobState::Finished, two_hours_ago), change(&recent, JobState::Dead, Timestamp::now())])
+        .record(vec![
+            change(&old, JobState::Finished, two_hours_ago),
+            change(&recent, JobState::Dead, Timestamp::now()),
+        ])
         .await
         .expect("record");
 
@@ -86,7 +89,11 @@ async fn the_retention_task_purges_jobs_ended_before_the_retention() {
     assert_eq!(get_ok(&store, &recent.id).await.state, JobState::Dead);
     assert_eq!(get_ok(&store, &live.id).await.state, JobState::Delay);
     let counts = store.counts().await.expect("counts");
-    assert_eq!(counts_of(&counts, &topic), [(JobState::Delay, 1), (JobState::Dead, 1)], "the purged job left its count");
+    assert_eq!(
+        counts_of(&counts, &topic),
+        [(JobState::Delay, 1), (JobState::Dead, 1)],
+        "the purged job left its count"
+    );
     store.close().await;
 }
 
@@ -160,7 +167,12 @@ async fn counts_read_no_ended_row() {
     let quarter = ENDED / 4;
     assert_eq!(
         counts_of(&counts, &ended_topic),
-        [(JobState::Finished, quarter), (JobState::Deleted, quarter), (JobState::Dead, quarter), (JobState::Expired, quarter)]
+        [
+            (JobState::Finished, quarter),
+            (JobState::Deleted, quarter),
+            (JobState::Dead, quarter),
+            (JobState::Expired, quarter)
+        ]
     );
     connection.close().await.expect("close");
     store.close().await;

@@ -41,7 +41,10 @@ async fn the_retention_task_purges_jobs_ended_before_the_retention() {
     }
     let two_hours_ago = Timestamp::from_millis(Timestamp::now().as_millis() - 7_200_000);
     store
-        .record(vec![change(&old, JobState::Finished, two_hours_ago), change(&recent, JobState::Dead, Timestamp::now())])
+        .record(vec![
+            change(&old, JobState::Finished, two_hours_ago),
+            change(&recent, JobState::Dead, Timestamp::now()),
+        ])
         .await
         .expect("record");
 
@@ -106,7 +109,12 @@ async fn counts_read_no_ended_row() {
     let quarter = ENDED / 4;
     assert_eq!(
         of(&ended_topic),
-        [(JobState::Finished, quarter), (JobState::Deleted, quarter), (JobState::Dead, quarter), (JobState::Expired, quarter)]
+        [
+            (JobState::Finished, quarter),
+            (JobState::Deleted, quarter),
+            (JobState::Dead, quarter),
+            (JobState::Expired, quarter)
+        ]
     );
     connection.close().await.expect("close");
     store.close().await;

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayq_common::{JobState, Timestamp};
-use delayq_store::testsuite::{self, change, ALL_HISTORY, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic};
+use delayq_store::testsuite::{
+    self, change, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic, ALL_HISTORY,
+};
 use delayq_store::{JobStore, SqliteStore};
 
 async fn temp_store() -> Option<Arc<dyn JobStore>> {

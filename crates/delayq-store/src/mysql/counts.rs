@@ -62,7 +62,8 @@ impl MysqlTx {
             }
             ids.push_unseparated(")");
             let topics: Vec<(Text, Text)> = within(lookup.build_query_as().fetch_all(&mut self.connection)).await?;
-            let topics: BTreeMap<String, String> = topics.into_iter().map(|(Text(id), Text(topic))| (id, topic)).collect();
+            let topics: BTreeMap<String, String> =
+                topics.into_iter().map(|(Text(id), Text(topic))| (id, topic)).collect();
             for (id, state) in chunk {
                 // Each ended job was live before this batch's change, and ended
                 // rows are neither moved nor rewritten before this lookup.

@@ -178,10 +178,8 @@ impl MysqlDialect {
                 Ok(Ok(()))
             }
             Ok(_) => {
-                let rows_with_id: i64 = within(
-                    sqlx::query_scalar(ID_EXISTS).bind(job.id.as_str()).fetch_one(&mut tx.connection),
-                )
-                .await?;
+                let rows_with_id: i64 =
+                    within(sqlx::query_scalar(ID_EXISTS).bind(job.id.as_str()).fetch_one(&mut tx.connection)).await?;
                 if rows_with_id > 0 {
                     Ok(Err(StoreError::IdTaken(job.id.clone())))
                 } else {

@@ -74,7 +74,11 @@ impl MysqlStore {
     ///
     /// # Errors
     /// As [`MysqlStore::open`].
-    pub async fn open_with_options(url: &str, node: String, store_options: StoreOptions) -> Result<MysqlStore, StoreError> {
+    pub async fn open_with_options(
+        url: &str,
+        node: String,
+        store_options: StoreOptions,
+    ) -> Result<MysqlStore, StoreError> {
         let options = MySqlConnectOptions::from_str(url).map_err(unavailable)?;
         MysqlStore::connect(options, node, store_options).await
     }
@@ -99,8 +103,7 @@ impl MysqlStore {
         let max_packet_bytes = usize::try_from(max_packet_bytes).unwrap_or(usize::MAX);
         let dialect = MysqlDialect::new(WriterConnection::new(options), node, host_name(), max_packet_bytes);
         let writer = GroupCommitWriter::spawn(dialect, store_options.journal_max);
-        let retention =
-            RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
+        let retention = RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
         Ok(MysqlStore {
             reader,
             writer,

@@ -202,8 +202,7 @@ impl SqliteStore {
             SqliteDialect::open(writer_options, writer_connection, node, host_name()).await.map_err(unavailable)?;
         let writer = GroupCommitWriter::spawn(dialect, store_options.journal_max);
         let checkpointer = Checkpointer::spawn(checkpoint_pool.clone(), writer.commit_counter());
-        let retention =
-            RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
+        let retention = RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
         Ok(SqliteStore {
             reader,
             writer,

@@ -112,7 +112,13 @@ pub async fn check_counts_follow_every_change(store: Arc<dyn JobStore>) {
     store.flush().await.expect("flush");
     assert_eq!(
         counts_of(&*store, &topic).await,
-        [(JobState::Delay, 1), (JobState::Ready, 1), (JobState::Finished, 1), (JobState::Dead, 1), (JobState::Expired, 1)]
+        [
+            (JobState::Delay, 1),
+            (JobState::Ready, 1),
+            (JobState::Finished, 1),
+            (JobState::Dead, 1),
+            (JobState::Expired, 1)
+        ]
     );
 
     // The finished id pushed again: its ended row becomes a live one.

@@ -14,7 +14,9 @@ use super::writes::{
     check_journal_is_ordered_with_durable_writes, check_live_jobs_never_go_back, check_record_and_history_in_order,
     check_replace,
 };
-use super::{change, get_ok, history_states, ALL_HISTORY, insert_ok, job_id, list_all, sample_job, unique_name, unique_topic};
+use super::{
+    change, get_ok, history_states, insert_ok, job_id, list_all, sample_job, unique_name, unique_topic, ALL_HISTORY,
+};
 use crate::store::JobStore;
 
 /// Every field of a job survives an insert and a get; the insert is the first history line.

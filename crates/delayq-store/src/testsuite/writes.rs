@@ -6,8 +6,8 @@ use std::time::Duration;
 use delayq_common::{Job, JobState, Timestamp};
 
 use super::{
-    ALL_HISTORY,
     assert_refused, change, get_ok, history_states, insert_ok, list_all, sample_job, unique_name, unique_topic,
+    ALL_HISTORY,
 };
 use crate::store::{JobStore, StateChange, StoreError};
 
