@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use delayq_common::{ErrorKind, JobId, Limits, PushRequest, TimeUnit, Timestamp};
-use delayq_queue::service::{MAX_BATCH_PUSH, MAX_POP_COUNT, MAX_POP_WAIT};
+use delayq_queue::service::{DEFAULT_HISTORY_LIMIT, MAX_BATCH_PUSH, MAX_HISTORY_LIMIT, MAX_POP_COUNT, MAX_POP_WAIT};
 use delayq_queue::{Pushed, QueueError, QueueResult};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -137,11 +137,19 @@ pub(crate) async fn delete(State(state): State<AppState>, params: Params) -> Api
     ok(IdView::of(&id))
 }
 
-/// `GET /jobs/{id}`: a job in any state, with its history.
-pub(crate) async fn get_job(State(state): State<AppState>, ApiPath(id): ApiPath<String>) -> ApiResult {
+/// `GET /jobs/{id}?historyLimit=`: a job in any state, with the newest
+/// `historyLimit` lines of its history (default 100, at most 1000), oldest first.
+pub(crate) async fn get_job(State(state): State<AppState>, ApiPath(id): ApiPath<String>, params: Params) -> ApiResult {
     let id = parse_job_id("id", &id)?;
-    let details = state.queue.get(&id).await.map_err(|error| job_not_found(error, &id))?;
+    let history_limit = history_limit(&params)?;
+    let details = state.queue.get_with_history(&id, history_limit).await.map_err(|error| job_not_found(error, &id))?;
     ok(JobView::from(details))
+}
+
+/// Reads `historyLimit`: how many of the newest history lines a lookup shows.
+fn history_limit(params: &Params) -> Result<usize, ApiError> {
+    let limit = params.integer_in("historyLimit", 0, MAX_HISTORY_LIMIT as u64, DEFAULT_HISTORY_LIMIT as u64)?;
+    Ok(usize::try_from(limit).unwrap_or(MAX_HISTORY_LIMIT))
 }
 
 /// `GET /jobs?topic=&bizKey=` (one job) or `GET /jobs?topic=&state=&limit=&cursor=` (a page).

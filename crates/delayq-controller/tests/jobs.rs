@@ -271,3 +271,49 @@ async fn get_job_is_a_404_for_unknown_ids_and_a_400_for_invalid_ones() {
     app.get("/jobs/unknown-1").await.assert_error(StatusCode::NOT_FOUND, "unknown-1");
     app.get("/jobs/a%20b").await.assert_error(StatusCode::BAD_REQUEST, "id may only contain");
 }
+
+/// A job's history is paged: the newest 100 lines by default, `historyLimit`
+/// from 0 to 1000 asks for another number; the lines stay oldest first.
+#[tokio::test]
+async fn get_job_shows_the_newest_history_lines_oldest_first() {
+    use delayq_common::{JobId, JobState, Timestamp};
+    use delayq_store::StateChange;
+
+    let app = TestApp::new().await;
+    let id = app.push(json!({"topic": "long", "body": "b", "delay": 600000})).await;
+    let job_id = JobId::parse(id.clone()).unwrap();
+    let job = app.queue.store().get(&job_id).await.unwrap().unwrap();
+    // 150 more lines after the push's: the job stays delayed, each line one ms later.
+    let changes: Vec<StateChange> = (1..=150u64)
+        .map(|n| StateChange {
+            id: job_id.clone(),
+            state: JobState::Delay,
+            attempt: 1,
+            run_at: job.run_at,
+            at: Timestamp::from_millis(job.updated_at.as_millis() + n),
+            result: None,
+        })
+        .collect();
+    app.queue.store().record(changes).await.unwrap();
+    let newest_at = job.updated_at.as_millis() + 150;
+    let history_at = |reply: &common::Reply| -> Vec<u64> {
+        reply.data()["history"].as_array().unwrap().iter().map(|line| line["at"].as_u64().unwrap()).collect()
+    };
+
+    let default = app.get(&format!("/jobs/{id}")).await;
+    assert_eq!(default.status, StatusCode::OK);
+    let lines = history_at(&default);
+    assert_eq!(lines.len(), 100, "the newest 100 by default");
+    assert_eq!(lines.last(), Some(&newest_at), "the newest line is last");
+    assert!(lines.windows(2).all(|pair| pair[0] < pair[1]), "oldest first: {lines:?}");
+
+    let five = history_at(&app.get(&format!("/jobs/{id}?historyLimit=5")).await);
+    assert_eq!(five, (newest_at - 4..=newest_at).collect::<Vec<_>>());
+    let all = history_at(&app.get(&format!("/jobs/{id}?historyLimit=1000")).await);
+    assert_eq!(all.len(), 151, "every line: the push's and the 150 changes");
+    assert!(history_at(&app.get(&format!("/jobs/{id}?historyLimit=0")).await).is_empty());
+
+    for bad in ["1001", "-1", "x"] {
+        app.get(&format!("/jobs/{id}?historyLimit={bad}")).await.assert_error(StatusCode::BAD_REQUEST, "historyLimit");
+    }
+}

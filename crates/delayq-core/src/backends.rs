@@ -10,23 +10,28 @@ use tokio_util::sync::CancellationToken;
 use crate::node::NodeIdentity;
 use delayq_queue::redis::{RedisScheduler, RedisSchedulerOptions};
 use delayq_queue::{MemoryScheduler, Scheduler};
-use delayq_store::{JobStore, MysqlStore, SqliteStore};
+use delayq_store::{JobStore, MysqlStore, SqliteStore, StoreOptions};
 
 /// Opens the durable store: the configured database, else SQLite in the data directory.
 pub(crate) async fn build_store(config: &Config, node: &str) -> anyhow::Result<Arc<dyn JobStore>> {
+    let options = StoreOptions::from_config(config.store.retention_ms, config.store.journal_max);
     match config.store.database_url.as_deref() {
         None => {
-            let store = SqliteStore::open_in(&config.server.data_dir, node.to_owned())
+            let store = SqliteStore::open_in_with_options(&config.server.data_dir, node.to_owned(), options)
                 .await
                 .with_context(|| format!("failed to open the store in {}", config.server.data_dir.display()))?;
             Ok(Arc::new(store))
         }
         Some(url) if url.starts_with("sqlite:") => {
-            let store = SqliteStore::open(url, node.to_owned()).await.context("failed to open the sqlite store")?;
+            let store = SqliteStore::open_with_options(url, node.to_owned(), options)
+                .await
+                .context("failed to open the sqlite store")?;
             Ok(Arc::new(store))
         }
         Some(url) => {
-            let store = MysqlStore::open(url, node.to_owned()).await.context("failed to open the mysql store")?;
+            let store = MysqlStore::open_with_options(url, node.to_owned(), options)
+                .await
+                .context("failed to open the mysql store")?;
             Ok(Arc::new(store))
         }
     }

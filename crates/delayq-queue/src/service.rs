@@ -36,6 +36,10 @@ use crate::id_locks::IdLocks;
 use crate::metrics as queue_metrics;
 use crate::scheduler::{check_attempt, Promotion, Scheduler, TopicStats};
 
+/// The history lines `GET /jobs/{id}` shows unless asked for another number.
+pub const DEFAULT_HISTORY_LIMIT: usize = 100;
+/// The most history lines one lookup returns.
+pub const MAX_HISTORY_LIMIT: usize = 1_000;
 /// The most jobs one pop may return.
 pub const MAX_POP_COUNT: usize = 100;
 /// The longest a pop may wait.
@@ -94,7 +98,7 @@ pub struct Pushed {
 pub struct JobDetails {
     /// The job, with its freshest state.
     pub job: Job,
-    /// Its state changes, oldest first.
+    /// Its newest state changes (as many as asked for), oldest first.
     pub history: Vec<LogEntry>,
 }
 
@@ -446,6 +450,9 @@ impl DelayQueue {
     /// [`QueueSettings::max_waiters`] are waiting already.
     #[instrument(skip(self))]
     pub async fn pop(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
+        // A pop journals what it reserves: while the database does not take
+        // the journal, refuse rather than let it grow.
+        self.store.check_journal_room()?;
         let count = count.clamp(1, MAX_POP_COUNT);
         let _waiting = if wait.is_zero() {
             None
@@ -603,8 +610,14 @@ impl DelayQueue {
         }
     }
 
-    /// Returns a job in any state with its history.
+    /// Returns a job in any state with the newest [`DEFAULT_HISTORY_LIMIT`] lines of its history.
     pub async fn get(&self, id: &JobId) -> QueueResult<JobDetails> {
+        self.get_with_history(id, DEFAULT_HISTORY_LIMIT).await
+    }
+
+    /// Returns a job in any state with the newest `history_limit` lines of its
+    /// history (at most [`MAX_HISTORY_LIMIT`]), oldest first.
+    pub async fn get_with_history(&self, id: &JobId, history_limit: usize) -> QueueResult<JobDetails> {
         let Some(mut job) = self.store.get(id).await? else {
             return Err(QueueError::NotFound(id.clone()));
         };
@@ -616,7 +629,7 @@ impl DelayQueue {
                 job.run_at = live.run_at;
             }
         }
-        let history = self.store.history(id).await?;
+        let history = self.store.history(id, history_limit.min(MAX_HISTORY_LIMIT)).await?;
         Ok(JobDetails { job, history })
     }
 
@@ -767,7 +780,11 @@ impl DelayQueue {
     }
 
     /// Runs one timer round at `now` and journals what changed.
+    ///
+    /// While the journal is full the round is skipped with the store's
+    /// unavailable error; the timer tries again after its pause.
     pub async fn promote_due(&self, now: Timestamp) -> QueueResult<Promotion> {
+        self.store.check_journal_room()?;
         let _transition = self.transitions.read().await;
         let promotion = self.scheduler.promote_due(now, self.settings.promote_batch).await?;
         if !promotion.changed.is_empty() {
@@ -777,7 +794,9 @@ impl DelayQueue {
         Ok(promotion)
     }
 
-    /// Returns the counts for `/stats`.
+    /// Returns the counts for `/stats`: live jobs from the scheduler, jobs per
+    /// state from the store (whose cost does not grow with ended jobs, see
+    /// [`JobStore::counts`]).
     pub async fn stats(&self) -> QueueResult<QueueStats> {
         let live = self.scheduler.stats().await?;
         let stored = self.store.counts().await?;

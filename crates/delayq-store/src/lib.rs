@@ -7,12 +7,16 @@
 //! - [`sqlite`]: the SQLite backend (embedded deployment).
 //! - [`mysql`]: the MySQL / MariaDB backend (distributed deployment).
 //! - [`metrics`]: the names of the writer's Prometheus metrics.
+//! - [`options`]: retention and the journal bound.
+//! - `retention`: the background task that purges ended jobs past the retention.
 //! - `writer`: group commit shared by the SQL backends (one writer task, one
 //!   transaction per batch of queued writes).
 //! - `testsuite` (feature `testsuite`): the conformance suite every backend runs.
 
 pub mod metrics;
 pub mod mysql;
+pub mod options;
+mod retention;
 pub mod sqlite;
 pub mod store;
 #[cfg(feature = "testsuite")]
@@ -20,5 +24,6 @@ pub mod testsuite;
 mod writer;
 
 pub use mysql::MysqlStore;
+pub use options::StoreOptions;
 pub use sqlite::SqliteStore;
 pub use store::{BoxError, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};

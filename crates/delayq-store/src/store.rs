@@ -128,6 +128,8 @@ pub struct StateCount {
 /// - `id` is unique among live jobs: inserting over a terminal row replaces it
 ///   (the history continues); `(topic, biz_key)` is unique among live jobs.
 /// - Every successful insert and state change appends a `job_log` row.
+/// - An ended job is kept, with its history, until [`JobStore::purge_ended`]
+///   removes it (the store's retention task calls it, see [`StoreOptions`](crate::StoreOptions)).
 /// - The store never knows the scheduler.
 #[async_trait]
 pub trait JobStore: Send + Sync + 'static {
@@ -153,8 +155,20 @@ pub trait JobStore: Send + Sync + 'static {
 
     /// Records state changes in the background, after everything submitted before.
     ///
-    /// Failed background writes are retried until they succeed or the store is closed.
+    /// Failed background writes are retried until they succeed or the store is
+    /// closed. The journal takes what it is given; callers keep it bounded by
+    /// asking [`JobStore::check_journal_room`] before the operation that journals.
     fn journal(&self, changes: Vec<StateChange>);
+
+    /// Returns how many journaled state changes are not committed yet.
+    fn journal_backlog(&self) -> usize;
+
+    /// Checks that the journal holds fewer state changes than its bound.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] naming the backend when the journal is full:
+    /// the database has not taken the changes journaled so far.
+    fn check_journal_room(&self) -> Result<(), StoreError>;
 
     /// Waits until every change submitted so far is committed.
     async fn flush(&self) -> Result<(), StoreError>;
@@ -162,8 +176,8 @@ pub trait JobStore: Send + Sync + 'static {
     /// Returns the job with this id, in whatever state.
     async fn get(&self, id: &JobId) -> Result<Option<Job>, StoreError>;
 
-    /// Returns the job's history, oldest first.
-    async fn history(&self, id: &JobId) -> Result<Vec<LogEntry>, StoreError>;
+    /// Returns the newest `limit` lines of the job's history, oldest first.
+    async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError>;
 
     /// Returns the live job of `topic` with this business key.
     async fn find_live_by_biz_key(&self, topic: &Topic, biz_key: &str) -> Result<Option<Job>, StoreError>;
@@ -183,8 +197,17 @@ pub trait JobStore: Send + Sync + 'static {
     /// Marks every live job deleted at `at` (journaled); returns their ids.
     async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError>;
 
-    /// Counts jobs per topic and state.
+    /// Counts jobs per topic and state (states with no job are left out).
+    ///
+    /// Its cost follows the live jobs and the topics with ended jobs, never the
+    /// number of ended jobs: live states are counted from an index that holds
+    /// live jobs only, ended ones read from a table of counts the writer keeps.
     async fn counts(&self) -> Result<Vec<StateCount>, StoreError>;
+
+    /// Deletes up to `limit` jobs that ended before `ended_before`, with their
+    /// history, oldest end first; returns how many it deleted. Their ids are
+    /// then unknown, as if no job ever had them.
+    async fn purge_ended(&self, ended_before: Timestamp, limit: usize) -> Result<u64, StoreError>;
 
     /// Checks that the database answers.
     async fn ping(&self) -> Result<(), StoreError>;

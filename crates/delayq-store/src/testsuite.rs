@@ -23,9 +23,13 @@ use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 
 use crate::store::{JobStore, ListCursor, StateChange, StoreError};
 
+mod bounds;
+mod outage;
 mod reads;
 mod writes;
 
+pub use bounds::*;
+pub use outage::SqliteWriteLock;
 pub use reads::*;
 pub use writes::*;
 
@@ -55,6 +59,9 @@ macro_rules! store_conformance {
             check_list_orders_and_pages,
             check_live_jobs_pages_by_id,
             check_counts,
+            check_counts_follow_every_change,
+            check_purge_ended,
+            check_history_returns_the_newest_lines,
             check_concurrent_inserts_are_durable,
             check_batch_with_refused_items,
             check_ping_and_empty_writes,
@@ -87,6 +94,9 @@ pub async fn store_or_skip(
     }
     store
 }
+
+/// A history limit above any history the checks make: their whole history.
+pub const ALL_HISTORY: usize = 10_000;
 
 /// Returns a name no other check, test run or process uses (for ids and topics).
 pub fn unique_name(prefix: &str) -> String {
@@ -161,7 +171,7 @@ pub async fn get_ok(store: &dyn JobStore, id: &JobId) -> Job {
 
 /// Returns the states of a job's history, oldest first.
 pub async fn history_states(store: &dyn JobStore, id: &JobId) -> Vec<JobState> {
-    let history = store.history(id).await.unwrap_or_else(|error| panic!("history {id}: {error}"));
+    let history = store.history(id, ALL_HISTORY).await.unwrap_or_else(|error| panic!("history {id}: {error}"));
     history.into_iter().map(|entry| entry.state).collect()
 }
 

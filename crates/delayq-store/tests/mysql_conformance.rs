@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayq_common::{JobState, Timestamp};
-use delayq_store::testsuite::{self, change, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic};
+use delayq_store::testsuite::{
+    self, change, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic, ALL_HISTORY,
+};
 use delayq_store::{JobStore, MysqlStore, StoreError};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -142,7 +144,8 @@ async fn two_nodes_share_one_database() {
     let job = sample_job(&unique_name("handover"), &topic);
     insert_ok(&*first, &job).await;
     second.record(vec![change(&job, JobState::Ready, Timestamp::now())]).await.expect("record");
-    let nodes: Vec<String> = first.history(&job.id).await.expect("history").into_iter().map(|e| e.node).collect();
+    let nodes: Vec<String> =
+        first.history(&job.id, ALL_HISTORY).await.expect("history").into_iter().map(|e| e.node).collect();
     assert_eq!(nodes, ["node-a", "node-b"]);
     second.close().await;
     first.close().await;

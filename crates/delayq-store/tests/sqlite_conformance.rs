@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayq_common::{JobState, Timestamp};
-use delayq_store::testsuite::{self, change, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic};
+use delayq_store::testsuite::{
+    self, change, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic, ALL_HISTORY,
+};
 use delayq_store::{JobStore, SqliteStore};
 
 async fn temp_store() -> Option<Arc<dyn JobStore>> {
@@ -45,7 +47,7 @@ async fn a_reopened_store_sees_every_committed_write() {
     let reopened = SqliteStore::open_in(dir.path(), "node-c".into()).await.expect("reopen");
     assert_eq!(get_ok(&reopened, &inserted.id).await.state, JobState::Ready);
     assert_eq!(history_states(&reopened, &journaled.id).await, [JobState::Delay, JobState::Ready]);
-    let history = reopened.history(&inserted.id).await.expect("history");
+    let history = reopened.history(&inserted.id, ALL_HISTORY).await.expect("history");
     assert!(history.iter().all(|entry| entry.node == "node-a"), "{history:?}");
     reopened.close().await;
 }

@@ -6,11 +6,12 @@
 //! then replayed row by row to judge each job alone.
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, Timestamp};
+use delayq_common::{Job, JobId, JobState, Timestamp};
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlQueryResult};
-use sqlx::Executor;
+use sqlx::{Executor, MySql, QueryBuilder};
 
 use super::connection::{within, WriterConnection};
+use super::counts::MysqlTx;
 use super::rows::{
     bind_job, bind_job_assignments, epoch_ms, job_assignments, job_columns, job_wire_size, number, Text,
     JOB_COLUMN_COUNT,
@@ -55,7 +56,14 @@ const CHANGE_STATE: &str = concat!(
 );
 
 const IS_LIVE: &str = "SELECT is_live FROM job WHERE id = ?";
-const SELECT_LIVE_FOR_UPDATE: &str = "SELECT id, attempt FROM job WHERE is_live = 1 ORDER BY id FOR UPDATE";
+const SELECT_LIVE_FOR_UPDATE: &str = "SELECT id, attempt, topic FROM job WHERE is_live = 1 ORDER BY id FOR UPDATE";
+/// The ended row an insert is about to overwrite, for the ended counts.
+const SELECT_ENDED_FOR_UPDATE: &str = "SELECT topic, status FROM job WHERE id = ? AND is_live = 0 FOR UPDATE";
+/// The ended jobs to purge, oldest end first (`job_ended_update_time_idx`).
+const SELECT_EXPIRED_FOR_UPDATE: &str =
+    "SELECT id, topic, status FROM job WHERE is_live = 0 AND update_time < ? ORDER BY update_time LIMIT ? FOR UPDATE";
+/// Counts that fell to 0 once their jobs were purged or pushed again.
+const DELETE_EMPTY_COUNTS: &str = "DELETE FROM job_ended_count WHERE jobs <= 0";
 const DELETE_ALL_LIVE: &str = "UPDATE job SET status = 'deleted', update_time = ? WHERE is_live = 1";
 const LIVE_HOLDER_OF_BIZ_KEY: &str = "SELECT id FROM job WHERE topic = ? AND live_bizkey = ?";
 const ID_EXISTS: &str = "SELECT COUNT(*) FROM job WHERE id = ?";
@@ -107,11 +115,7 @@ impl MysqlDialect {
     }
 
     /// Inserts `jobs` in order, each judged alone, in as few statements as it can.
-    async fn insert_batch(
-        &self,
-        tx: &mut MySqlConnection,
-        jobs: &[&Job],
-    ) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+    async fn insert_batch(&self, tx: &mut MysqlTx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
         let mut outcomes = Vec::with_capacity(jobs.len());
         let mut rest = jobs;
         while !rest.is_empty() {
@@ -123,8 +127,11 @@ impl MysqlDialect {
                 for job in chunk {
                     insert = bind_job(insert, job);
                 }
-                match within(insert.execute(&mut *tx)).await {
+                match within(insert.execute(&mut tx.connection)).await {
                     Ok(_) => {
+                        for job in chunk {
+                            tx.count(job.topic.as_str(), job.state, 1);
+                        }
                         outcomes.extend(chunk.iter().map(|_| Ok(())));
                         continue;
                     }
@@ -142,29 +149,44 @@ impl MysqlDialect {
 
     /// Inserts one job; on a duplicate key, overwrites a terminal row with its id
     /// or names the refusal.
-    async fn insert_one(&self, tx: &mut MySqlConnection, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
+    async fn insert_one(&self, tx: &mut MysqlTx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
         if let Err(too_large) = self.check_fits_packet(job) {
             return Ok(Err(too_large));
         }
         let insert = bind_job(sqlx::query(&self.insert_jobs_sql[CHUNK_SIZES.len() - 1]), job);
-        match within(insert.execute(&mut *tx)).await {
-            Ok(_) => return Ok(Ok(())),
+        match within(insert.execute(&mut tx.connection)).await {
+            Ok(_) => {
+                tx.count(job.topic.as_str(), job.state, 1);
+                return Ok(Ok(()));
+            }
             Err(error) if is_unique_violation(&error) => {}
             Err(error) if is_row_value_error(&error) => return Ok(Err(row_refused(error))),
             Err(error) => return Err(error.into()),
         }
-        match self.update_job(tx, job, false).await {
-            Ok(done) if done.rows_affected() > 0 => Ok(Ok(())),
+        // The ended row about to be overwritten leaves its count: look up the
+        // batch's ended jobs first, this one may be among them.
+        tx.resolve_ended().await?;
+        let ended: Option<(Text, Text)> =
+            within(sqlx::query_as(SELECT_ENDED_FOR_UPDATE).bind(job.id.as_str()).fetch_optional(&mut tx.connection))
+                .await?;
+        match self.update_job(&mut tx.connection, job, false).await {
+            Ok(done) if done.rows_affected() > 0 => {
+                if let Some((Text(topic), Text(status))) = ended {
+                    tx.count(&topic, super::rows::state(&status)?, -1);
+                }
+                tx.count(job.topic.as_str(), job.state, 1);
+                Ok(Ok(()))
+            }
             Ok(_) => {
                 let rows_with_id: i64 =
-                    within(sqlx::query_scalar(ID_EXISTS).bind(job.id.as_str()).fetch_one(&mut *tx)).await?;
+                    within(sqlx::query_scalar(ID_EXISTS).bind(job.id.as_str()).fetch_one(&mut tx.connection)).await?;
                 if rows_with_id > 0 {
                     Ok(Err(StoreError::IdTaken(job.id.clone())))
                 } else {
-                    Ok(Err(self.biz_key_taken(tx, job).await?))
+                    Ok(Err(self.biz_key_taken(&mut tx.connection, job).await?))
                 }
             }
-            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
+            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(&mut tx.connection, job).await?)),
             Err(error) => Err(error.into()),
         }
     }
@@ -211,14 +233,14 @@ impl MysqlDialect {
 impl BatchDialect for MysqlDialect {
     /// The writer's connection; its session has no autocommit, so the batch's
     /// statements are one transaction until `commit`.
-    type Tx = MySqlConnection;
+    type Tx = MysqlTx;
 
     fn backend(&self) -> &'static str {
         super::BACKEND
     }
 
     async fn begin(&self) -> Result<Self::Tx, BoxError> {
-        Ok(self.connection.take().await?)
+        Ok(MysqlTx::new(self.connection.take().await?))
     }
 
     async fn insert_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
@@ -233,10 +255,13 @@ impl BatchDialect for MysqlDialect {
         if let Err(too_large) = self.check_fits_packet(job) {
             return Ok(Err(too_large));
         }
-        match self.update_job(tx, job, true).await {
+        match self.update_job(&mut tx.connection, job, true).await {
             Ok(done) if done.rows_affected() == 0 => Ok(Err(StoreError::NotFound(job.id.clone()))),
-            Ok(_) => Ok(Ok(())),
-            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx, job).await?)),
+            Ok(_) => {
+                tx.count(job.topic.as_str(), job.state, 1);
+                Ok(Ok(()))
+            }
+            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(&mut tx.connection, job).await?)),
             Err(error) if is_row_value_error(&error) => Ok(Err(row_refused(error))),
             Err(error) => Err(error.into()),
         }
@@ -256,23 +281,29 @@ impl BatchDialect for MysqlDialect {
             .bind(i64::from(change.attempt))
             .bind(i64::from(change.attempt))
             .bind(change.state.as_str());
-        let done = within(update.execute(&mut *tx)).await?;
+        let done = within(update.execute(&mut tx.connection)).await?;
         if done.rows_affected() > 0 {
+            // The row was live (the update requires it), so the job ends here.
+            if !change.state.is_live() {
+                tx.ended(&change.id, change.state);
+            }
             return Ok(true);
         }
         // Not moved: a live job it would have taken back still counts (its
         // history line is written); an unknown or ended job does not.
         let live: Option<i8> =
-            within(sqlx::query_scalar(IS_LIVE).bind(change.id.as_str()).fetch_optional(&mut *tx)).await?;
+            within(sqlx::query_scalar(IS_LIVE).bind(change.id.as_str()).fetch_optional(&mut tx.connection)).await?;
         Ok(live == Some(1))
     }
 
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {
         // MariaDB has no UPDATE … RETURNING: lock the live rows, read them, then move them.
-        let rows: Vec<(Text, i64)> = within(sqlx::query_as(SELECT_LIVE_FOR_UPDATE).fetch_all(&mut *tx)).await?;
-        within(sqlx::query(DELETE_ALL_LIVE).bind(epoch_ms(at)).execute(&mut *tx)).await?;
+        let rows: Vec<(Text, i64, Text)> =
+            within(sqlx::query_as(SELECT_LIVE_FOR_UPDATE).fetch_all(&mut tx.connection)).await?;
+        within(sqlx::query(DELETE_ALL_LIVE).bind(epoch_ms(at)).execute(&mut tx.connection)).await?;
         let mut deleted = Vec::with_capacity(rows.len());
-        for (Text(id), attempt) in rows {
+        for (Text(id), attempt, Text(topic)) in rows {
+            tx.count(&topic, JobState::Deleted, 1);
             let id = JobId::parse(id).map_err(|error| StoreError::Corrupt(format!("id: {error}")))?;
             deleted.push((id, number("attempt", attempt)?));
         }
@@ -295,15 +326,41 @@ impl BatchDialect for MysqlDialect {
                     .bind(epoch_ms(row.at))
                     .bind(self.host.as_str());
             }
-            within(insert.execute(&mut *tx)).await?;
+            within(insert.execute(&mut tx.connection)).await?;
         }
         Ok(())
     }
 
+    async fn purge_ended(&self, tx: &mut Self::Tx, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError> {
+        // A job this batch ended is counted before its row can go.
+        tx.resolve_ended().await?;
+        let select = sqlx::query_as(SELECT_EXPIRED_FOR_UPDATE)
+            .bind(epoch_ms(ended_before))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let expired: Vec<(Text, Text, Text)> = within(select.fetch_all(&mut tx.connection)).await?;
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<&str> = expired.iter().map(|(Text(id), _, _)| id.as_str()).collect();
+        within(delete_where_in("DELETE FROM job_log WHERE job_id IN (", &ids).build().execute(&mut tx.connection))
+            .await?;
+        let purged = within(
+            delete_where_in("DELETE FROM job WHERE is_live = 0 AND id IN (", &ids).build().execute(&mut tx.connection),
+        )
+        .await?
+        .rows_affected();
+        for (_, Text(topic), Text(status)) in &expired {
+            tx.count(topic, super::rows::state(status)?, -1);
+        }
+        within(sqlx::query(DELETE_EMPTY_COUNTS).execute(&mut tx.connection)).await?;
+        Ok(purged)
+    }
+
     async fn commit(&self, mut tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
         self.append_log(&mut tx, log).await?;
-        within(tx.execute("COMMIT")).await?;
-        self.connection.put_back(tx);
+        tx.write_counts().await?;
+        within(tx.connection.execute("COMMIT")).await?;
+        self.connection.put_back(tx.connection);
         Ok(())
     }
 
@@ -322,6 +379,17 @@ fn chunk_level(jobs: &[&Job], max_bytes: usize) -> (usize, usize) {
         }
     }
     (CHUNK_SIZES.len() - 1, 1)
+}
+
+/// `head` (ending in `IN (`) followed by `ids` as bound values and `)`.
+fn delete_where_in<'q>(head: &'q str, ids: &[&'q str]) -> QueryBuilder<'q, MySql> {
+    let mut query = QueryBuilder::<MySql>::new(head);
+    let mut values = query.separated(", ");
+    for id in ids {
+        values.push_bind(*id);
+    }
+    values.push_unseparated(")");
+    query
 }
 
 /// Builds `prefix (?, …), (?, …), …` with `rows` tuples of `columns` placeholders.

@@ -11,11 +11,18 @@
 //! stopped answering gives up after 10 s); the store reconnects by itself once
 //! the server is back.
 //!
+//! Retention and counts: ended jobs past the retention are purged in batches by
+//! a task of the store ([`crate::retention`]); `/stats` counts live jobs from
+//! the index `job_live_idx` and reads ended counts from `job_ended_count`,
+//! which the writer keeps (`counts`).
+//!
 //! Layout: `rows` maps rows to jobs, `dialect` holds the write statements,
+//! `counts` the writer's transaction and the ended counts,
 //! `connection` the connections and statement deadlines, `scratch` (feature
 //! `testsuite`) throwaway databases for tests.
 
 mod connection;
+mod counts;
 mod dialect;
 mod rows;
 
@@ -31,6 +38,8 @@ pub use self::connection::ACQUIRE_TIMEOUT;
 use self::connection::{pool_options, within, WriterConnection};
 use self::dialect::MysqlDialect;
 use self::rows::{into_jobs, job_columns, number, sql_count, state, JobRow, LogEntryRow, Text};
+use crate::options::StoreOptions;
+use crate::retention::RetentionTask;
 use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
 use crate::writer::{host_name, GroupCommitWriter};
 
@@ -43,6 +52,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("../../sql/mysql");
 pub struct MysqlStore {
     reader: MySqlPool,
     writer: GroupCommitWriter,
+    retention: Option<RetentionTask>,
     /// The database of [`MysqlStore::open_scratch`], dropped by `close`.
     #[cfg(feature = "testsuite")]
     scratch: Option<scratch::ScratchDatabase>,
@@ -57,8 +67,20 @@ impl MysqlStore {
     /// [`StoreError::Unavailable`] when the URL is invalid or the database
     /// cannot be reached or migrated.
     pub async fn open(url: &str, node: String) -> Result<MysqlStore, StoreError> {
+        MysqlStore::open_with_options(url, node, StoreOptions::default()).await
+    }
+
+    /// Connects as [`MysqlStore::open`] does, with retention and a journal bound.
+    ///
+    /// # Errors
+    /// As [`MysqlStore::open`].
+    pub async fn open_with_options(
+        url: &str,
+        node: String,
+        store_options: StoreOptions,
+    ) -> Result<MysqlStore, StoreError> {
         let options = MySqlConnectOptions::from_str(url).map_err(unavailable)?;
-        MysqlStore::open_with(options, node).await
+        MysqlStore::connect(options, node, store_options).await
     }
 
     /// Returns how many transactions the writer has committed (each may carry
@@ -67,7 +89,11 @@ impl MysqlStore {
         self.writer.commits()
     }
 
-    async fn open_with(options: MySqlConnectOptions, node: String) -> Result<MysqlStore, StoreError> {
+    async fn connect(
+        options: MySqlConnectOptions,
+        node: String,
+        store_options: StoreOptions,
+    ) -> Result<MysqlStore, StoreError> {
         let reader = pool_options(READ_CONNECTIONS).connect_with(options.clone()).await.map_err(unavailable)?;
         migrate(&reader).await?;
         let max_packet_bytes: i64 =
@@ -76,10 +102,12 @@ impl MysqlStore {
                 .map_err(unavailable)?;
         let max_packet_bytes = usize::try_from(max_packet_bytes).unwrap_or(usize::MAX);
         let dialect = MysqlDialect::new(WriterConnection::new(options), node, host_name(), max_packet_bytes);
-        let writer = GroupCommitWriter::spawn(dialect);
+        let writer = GroupCommitWriter::spawn(dialect, store_options.journal_max);
+        let retention = RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
         Ok(MysqlStore {
             reader,
             writer,
+            retention,
             #[cfg(feature = "testsuite")]
             scratch: None,
         })
@@ -121,7 +149,9 @@ fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreEr
 }
 
 const SELECT_JOB: &str = concat!("SELECT ", job_columns!(), " FROM job WHERE id = ?");
-const SELECT_HISTORY: &str = "SELECT status, attempt, update_time, node FROM job_log WHERE job_id = ? ORDER BY id";
+/// The newest lines of a job's history, newest first.
+const SELECT_HISTORY: &str =
+    "SELECT status, attempt, update_time, node FROM job_log WHERE job_id = ? ORDER BY id DESC LIMIT ?";
 const SELECT_LIVE_BY_BIZ_KEY: &str =
     concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND live_bizkey = ?");
 /// A page of a listing: the ids come from the covering `(topic, status, id,
@@ -141,7 +171,13 @@ const LIST_AFTER_CURSOR: &str = concat!(
 );
 const LIVE_JOBS: &str =
     concat!("SELECT ", job_columns!(), " FROM job WHERE is_live = 1 AND id > ? ORDER BY id LIMIT ?");
-const COUNTS: &str = "SELECT topic, status, COUNT(*) FROM job GROUP BY topic, status ORDER BY topic, status";
+/// The jobs per topic and state: live states counted from the index of live
+/// rows (`job_live_idx`, which carries topic and state), ended states read from
+/// the counts the writer keeps. No ended row is read.
+pub const COUNTS_QUERY: &str = "SELECT topic, status, COUNT(*) FROM job FORCE INDEX (job_live_idx) \
+                                WHERE is_live = 1 GROUP BY topic, status \
+                                UNION ALL SELECT topic, status, jobs FROM job_ended_count WHERE jobs > 0 \
+                                ORDER BY 1, 2";
 
 #[async_trait]
 impl JobStore for MysqlStore {
@@ -165,6 +201,14 @@ impl JobStore for MysqlStore {
         self.writer.journal(changes);
     }
 
+    fn journal_backlog(&self) -> usize {
+        self.writer.journal_backlog()
+    }
+
+    fn check_journal_room(&self) -> Result<(), StoreError> {
+        self.writer.check_journal_room()
+    }
+
     async fn flush(&self) -> Result<(), StoreError> {
         self.writer.flush().await
     }
@@ -175,10 +219,13 @@ impl JobStore for MysqlStore {
         row.map(JobRow::into_job).transpose()
     }
 
-    async fn history(&self, id: &JobId) -> Result<Vec<LogEntry>, StoreError> {
-        let query = sqlx::query_as(SELECT_HISTORY).bind(id.as_str());
+    async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query = sqlx::query_as(SELECT_HISTORY).bind(id.as_str()).bind(sql_count(limit));
         let rows: Vec<LogEntryRow> = within(query.fetch_all(&self.reader)).await.map_err(unavailable)?;
-        rows.into_iter().map(LogEntryRow::into_entry).collect()
+        rows.into_iter().rev().map(LogEntryRow::into_entry).collect()
     }
 
     async fn find_live_by_biz_key(&self, topic: &Topic, biz_key: &str) -> Result<Option<Job>, StoreError> {
@@ -227,7 +274,7 @@ impl JobStore for MysqlStore {
     }
 
     async fn counts(&self) -> Result<Vec<StateCount>, StoreError> {
-        let query = sqlx::query_as(COUNTS);
+        let query = sqlx::query_as(COUNTS_QUERY);
         let rows: Vec<(Text, Text, i64)> = within(query.fetch_all(&self.reader)).await.map_err(unavailable)?;
         let mut counts = Vec::with_capacity(rows.len());
         for (Text(topic), Text(status), count) in rows {
@@ -240,12 +287,19 @@ impl JobStore for MysqlStore {
         Ok(counts)
     }
 
+    async fn purge_ended(&self, ended_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
+        self.writer.purge_ended(ended_before, limit).await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         within(sqlx::query("SELECT 1").execute(&self.reader)).await.map_err(unavailable)?;
         Ok(())
     }
 
     async fn close(&self) {
+        if let Some(retention) = &self.retention {
+            retention.stop();
+        }
         self.writer.close().await;
         self.reader.close().await;
         #[cfg(feature = "testsuite")]

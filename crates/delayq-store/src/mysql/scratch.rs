@@ -12,6 +12,7 @@ use tracing::warn;
 
 use super::rows::Text;
 use super::{unavailable, MysqlStore};
+use crate::options::StoreOptions;
 use crate::store::StoreError;
 
 /// A database [`MysqlStore::open_scratch`] created.
@@ -38,12 +39,24 @@ impl MysqlStore {
     /// # Errors
     /// As [`MysqlStore::open`], and when the database cannot be created.
     pub async fn open_scratch(admin_url: &str, node: String) -> Result<MysqlStore, StoreError> {
+        MysqlStore::open_scratch_with_options(admin_url, node, StoreOptions::default()).await
+    }
+
+    /// Opens a scratch store as [`MysqlStore::open_scratch`] does, with retention and a journal bound.
+    ///
+    /// # Errors
+    /// As [`MysqlStore::open_scratch`].
+    pub async fn open_scratch_with_options(
+        admin_url: &str,
+        node: String,
+        store_options: StoreOptions,
+    ) -> Result<MysqlStore, StoreError> {
         let admin = MySqlConnectOptions::from_str(admin_url).map_err(unavailable)?;
         drop_stale_databases_once(&admin).await;
         let scratch = ScratchDatabase { name: scratch_name(), admin };
         let create = format!("CREATE DATABASE `{}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", scratch.name);
         execute_once(&scratch.admin, &create).await.map_err(unavailable)?;
-        match MysqlStore::open_with(scratch.admin.clone().database(&scratch.name), node).await {
+        match MysqlStore::connect(scratch.admin.clone().database(&scratch.name), node, store_options).await {
             Ok(mut store) => {
                 store.scratch = Some(scratch);
                 Ok(store)

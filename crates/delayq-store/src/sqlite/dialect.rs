@@ -144,6 +144,17 @@ const DELETE_ALL_LIVE: &str = concat!(
     " RETURNING id, attempt"
 );
 
+/// The ended jobs to purge, oldest end first, from the index of ended rows
+/// (`job_ended_update_time_idx`, whose `WHERE` this repeats).
+const SELECT_EXPIRED: &str = concat!(
+    "SELECT id FROM job WHERE status NOT IN ",
+    live_states!(),
+    " AND update_time < ? ORDER BY update_time LIMIT ?"
+);
+
+/// Counts that fell to 0 once their jobs were purged or pushed again.
+const DELETE_EMPTY_COUNTS: &str = "DELETE FROM job_ended_count WHERE jobs <= 0";
+
 const LIVE_HOLDER_OF_BIZ_KEY: &str =
     concat!("SELECT id FROM job WHERE topic = ? AND bizkey = ? AND status IN ", live_states!());
 
@@ -386,6 +397,28 @@ impl BatchDialect for SqliteDialect {
         Ok(deleted)
     }
 
+    async fn purge_ended(&self, tx: &mut Self::Tx, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError> {
+        let sql = tx.statement(SELECT_EXPIRED);
+        let ids: Vec<String> = sqlx::query_scalar(&sql)
+            .bind(epoch_ms(ended_before))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(tx.connection())
+            .await?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut history = QueryBuilder::<Sqlite>::new("DELETE FROM job_log WHERE job_id IN (");
+        push_id_list(&mut history, &ids);
+        history.build().execute(tx.connection()).await?;
+        // The triggers of job_ended_count take each deleted row off its count.
+        let mut jobs = QueryBuilder::<Sqlite>::new(concat!("DELETE FROM job WHERE status NOT IN ", live_states!()));
+        jobs.push(" AND id IN (");
+        push_id_list(&mut jobs, &ids);
+        let purged = jobs.build().execute(tx.connection()).await?.rows_affected();
+        tx.connection().execute(DELETE_EMPTY_COUNTS).await?;
+        Ok(purged)
+    }
+
     async fn append_log(&self, tx: &mut Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
         self.write_log(tx, log, "").await
     }
@@ -469,6 +502,15 @@ fn history_triggers(node: &str, host: &str) -> String {
         "CREATE TEMP TRIGGER IF NOT EXISTS job_inserted_log AFTER INSERT ON main.job BEGIN {line} END; \
          CREATE TEMP TRIGGER IF NOT EXISTS job_rewritten_log AFTER UPDATE OF create_time ON main.job BEGIN {line} END;"
     )
+}
+
+/// Appends `ids` as bound values and the closing parenthesis of an `IN (` list.
+fn push_id_list<'q>(query: &mut QueryBuilder<'q, Sqlite>, ids: &'q [String]) {
+    let mut values = query.separated(", ");
+    for id in ids {
+        values.push_bind(id.as_str());
+    }
+    values.push_unseparated(")");
 }
 
 /// `connection` with the history `triggers` installed.

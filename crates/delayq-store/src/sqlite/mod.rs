@@ -11,6 +11,11 @@
 //! an OS crash or power loss may lose the last commits (never corrupting the
 //! file); that is the trade for group commits without an fsync each.
 //!
+//! Retention and counts: ended jobs past the retention are purged in batches by
+//! a task of the store ([`crate::retention`]); `/stats` counts live jobs from
+//! the partial index of live rows and reads ended counts from `job_ended_count`,
+//! which triggers of the schema keep (see `sql/sqlite/0003_retention_and_counts.sql`).
+//!
 //! Layout: `rows` maps rows to jobs, `dialect` holds the write statements and
 //! the `TEMP` triggers with which the writer's connection writes the history
 //! line of every job it inserts, `bulk` inserts many jobs in few statements.
@@ -33,6 +38,8 @@ use sqlx::{Connection, SqliteConnection, SqlitePool};
 use self::checkpoint::Checkpointer;
 use self::dialect::SqliteDialect;
 use self::rows::{job_columns, live_states, number, sql_count, state, JobRow, LogEntryRow};
+use crate::options::StoreOptions;
+use crate::retention::RetentionTask;
 use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
 use crate::writer::{host_name, GroupCommitWriter};
 
@@ -57,6 +64,7 @@ pub struct SqliteStore {
     writer: GroupCommitWriter,
     checkpointer: Checkpointer,
     checkpoint_pool: SqlitePool,
+    retention: Option<RetentionTask>,
     /// Removes the database of [`SqliteStore::open_temp`] when the store is dropped.
     #[cfg(feature = "testsuite")]
     _temp_dir: Option<tempfile::TempDir>,
@@ -71,12 +79,25 @@ impl SqliteStore {
     /// [`StoreError::Unavailable`] when the URL is invalid or the file cannot be
     /// created, opened or migrated.
     pub async fn open(path_or_url: &str, node: String) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with_options(path_or_url, node, StoreOptions::default()).await
+    }
+
+    /// Opens the database as [`SqliteStore::open`] does, with retention and a
+    /// journal bound.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub async fn open_with_options(
+        path_or_url: &str,
+        node: String,
+        store_options: StoreOptions,
+    ) -> Result<SqliteStore, StoreError> {
         let options = if path_or_url.starts_with("sqlite:") {
             SqliteConnectOptions::from_str(path_or_url).map_err(unavailable)?
         } else {
             SqliteConnectOptions::new().filename(path_or_url)
         };
-        SqliteStore::open_with(options, node).await
+        SqliteStore::connect(options, node, store_options).await
     }
 
     /// Opens the database `delayq.db` inside `dir` (see [`SqliteStore::open`]).
@@ -84,8 +105,20 @@ impl SqliteStore {
     /// # Errors
     /// As [`SqliteStore::open`].
     pub async fn open_in(dir: &Path, node: String) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_in_with_options(dir, node, StoreOptions::default()).await
+    }
+
+    /// Opens the database `delayq.db` inside `dir`, with retention and a journal bound.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub async fn open_in_with_options(
+        dir: &Path,
+        node: String,
+        store_options: StoreOptions,
+    ) -> Result<SqliteStore, StoreError> {
         let options = SqliteConnectOptions::new().filename(dir.join(DATABASE_FILE_NAME));
-        SqliteStore::open_with(options, node).await
+        SqliteStore::connect(options, node, store_options).await
     }
 
     /// Opens a store on a fresh file in a temporary directory that is removed
@@ -95,8 +128,18 @@ impl SqliteStore {
     /// As [`SqliteStore::open`].
     #[cfg(feature = "testsuite")]
     pub async fn open_temp(node: String) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_temp_with_options(node, StoreOptions::default()).await
+    }
+
+    /// Opens a store on a fresh temporary file as [`SqliteStore::open_temp`]
+    /// does, with retention and a journal bound; for tests.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    #[cfg(feature = "testsuite")]
+    pub async fn open_temp_with_options(node: String, store_options: StoreOptions) -> Result<SqliteStore, StoreError> {
         let dir = tempfile::tempdir().map_err(unavailable)?;
-        let mut store = SqliteStore::open_in(dir.path(), node).await?;
+        let mut store = SqliteStore::open_in_with_options(dir.path(), node, store_options).await?;
         store._temp_dir = Some(dir);
         Ok(store)
     }
@@ -107,7 +150,11 @@ impl SqliteStore {
         self.writer.commits()
     }
 
-    async fn open_with(options: SqliteConnectOptions, node: String) -> Result<SqliteStore, StoreError> {
+    async fn connect(
+        options: SqliteConnectOptions,
+        node: String,
+        store_options: StoreOptions,
+    ) -> Result<SqliteStore, StoreError> {
         create_parent_dir(options.get_filename()).await?;
         let options = options
             .create_if_missing(true)
@@ -153,13 +200,15 @@ impl SqliteStore {
             .map_err(unavailable)?;
         let dialect =
             SqliteDialect::open(writer_options, writer_connection, node, host_name()).await.map_err(unavailable)?;
-        let writer = GroupCommitWriter::spawn(dialect);
+        let writer = GroupCommitWriter::spawn(dialect, store_options.journal_max);
         let checkpointer = Checkpointer::spawn(checkpoint_pool.clone(), writer.commit_counter());
+        let retention = RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
         Ok(SqliteStore {
             reader,
             writer,
             checkpointer,
             checkpoint_pool,
+            retention,
             #[cfg(feature = "testsuite")]
             _temp_dir: None,
         })
@@ -187,7 +236,9 @@ fn into_jobs(rows: Vec<JobRow>) -> Result<Vec<Job>, StoreError> {
 }
 
 const SELECT_JOB: &str = concat!("SELECT ", job_columns!(), " FROM job WHERE id = ?");
-const SELECT_HISTORY: &str = "SELECT status, attempt, update_time, node FROM job_log WHERE job_id = ? ORDER BY id";
+/// The newest lines of a job's history, newest first.
+const SELECT_HISTORY: &str =
+    "SELECT status, attempt, update_time, node FROM job_log WHERE job_id = ? ORDER BY id DESC LIMIT ?";
 const SELECT_LIVE_BY_BIZ_KEY: &str =
     concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND bizkey = ? AND status IN ", live_states!());
 /// A page of a listing: the ids come from the covering `(topic, status, id,
@@ -206,7 +257,16 @@ const LIST_AFTER_CURSOR: &str = concat!(
 );
 const LIVE_JOBS: &str =
     concat!("SELECT ", job_columns!(), " FROM job WHERE status IN ", live_states!(), " AND id > ? ORDER BY id LIMIT ?");
-const COUNTS: &str = "SELECT topic, status, COUNT(*) FROM job GROUP BY topic, status ORDER BY topic, status";
+/// The jobs per topic and state: live states counted from the partial index of
+/// live rows (`job_live_idx`, which carries topic and state), ended states read
+/// from the counts the triggers keep. No ended row is read.
+pub const COUNTS_QUERY: &str = concat!(
+    "SELECT topic, status, COUNT(*) FROM job INDEXED BY job_live_idx WHERE status IN ",
+    live_states!(),
+    " GROUP BY topic, status \
+     UNION ALL SELECT topic, status, jobs FROM job_ended_count WHERE jobs > 0 \
+     ORDER BY 1, 2"
+);
 
 #[async_trait]
 impl JobStore for SqliteStore {
@@ -230,6 +290,14 @@ impl JobStore for SqliteStore {
         self.writer.journal(changes);
     }
 
+    fn journal_backlog(&self) -> usize {
+        self.writer.journal_backlog()
+    }
+
+    fn check_journal_room(&self) -> Result<(), StoreError> {
+        self.writer.check_journal_room()
+    }
+
     async fn flush(&self) -> Result<(), StoreError> {
         self.writer.flush().await
     }
@@ -240,10 +308,17 @@ impl JobStore for SqliteStore {
         row.map(JobRow::into_job).transpose()
     }
 
-    async fn history(&self, id: &JobId) -> Result<Vec<LogEntry>, StoreError> {
-        let rows: Vec<LogEntryRow> =
-            sqlx::query_as(SELECT_HISTORY).bind(id.as_str()).fetch_all(&self.reader).await.map_err(unavailable)?;
-        rows.into_iter().map(LogEntryRow::into_entry).collect()
+    async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<LogEntryRow> = sqlx::query_as(SELECT_HISTORY)
+            .bind(id.as_str())
+            .bind(sql_count(limit))
+            .fetch_all(&self.reader)
+            .await
+            .map_err(unavailable)?;
+        rows.into_iter().rev().map(LogEntryRow::into_entry).collect()
     }
 
     async fn find_live_by_biz_key(&self, topic: &Topic, biz_key: &str) -> Result<Option<Job>, StoreError> {
@@ -299,7 +374,7 @@ impl JobStore for SqliteStore {
 
     async fn counts(&self) -> Result<Vec<StateCount>, StoreError> {
         let rows: Vec<(String, String, i64)> =
-            sqlx::query_as(COUNTS).fetch_all(&self.reader).await.map_err(unavailable)?;
+            sqlx::query_as(COUNTS_QUERY).fetch_all(&self.reader).await.map_err(unavailable)?;
         let mut counts = Vec::with_capacity(rows.len());
         for (topic, status, count) in rows {
             counts.push(StateCount {
@@ -311,12 +386,19 @@ impl JobStore for SqliteStore {
         Ok(counts)
     }
 
+    async fn purge_ended(&self, ended_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
+        self.writer.purge_ended(ended_before, limit).await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.reader).await.map_err(unavailable)?;
         Ok(())
     }
 
     async fn close(&self) {
+        if let Some(retention) = &self.retention {
+            retention.stop();
+        }
         self.writer.close().await;
         self.checkpointer.stop();
         self.checkpoint_pool.close().await;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use delayq_common::{Job, JobState, Timestamp};
 
+use super::bounds::{check_counts_follow_every_change, check_history_returns_the_newest_lines, check_purge_ended};
 use super::writes::{
     check_batch_with_refused_items, check_biz_key_unique_among_live_jobs, check_changes_of_a_job_within_one_write,
     check_concurrent_inserts_are_durable, check_duplicate_live_id_is_refused, check_ended_jobs_never_move,
@@ -13,7 +14,9 @@ use super::writes::{
     check_journal_is_ordered_with_durable_writes, check_live_jobs_never_go_back, check_record_and_history_in_order,
     check_replace,
 };
-use super::{change, get_ok, history_states, insert_ok, job_id, list_all, sample_job, unique_name, unique_topic};
+use super::{
+    change, get_ok, history_states, insert_ok, job_id, list_all, sample_job, unique_name, unique_topic, ALL_HISTORY,
+};
 use crate::store::JobStore;
 
 /// Every field of a job survives an insert and a get; the insert is the first history line.
@@ -45,14 +48,14 @@ pub async fn check_insert_get_round_trip(store: Arc<dyn JobStore>) {
     insert_ok(&*store, &plain).await;
     assert_eq!(get_ok(&*store, &plain.id).await, plain, "empty optional fields round-trip too");
 
-    let history = store.history(&job.id).await.expect("history");
+    let history = store.history(&job.id, ALL_HISTORY).await.expect("history");
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!((history[0].state, history[0].attempt, history[0].at), (JobState::Ready, 2, job.updated_at));
     assert!(!history[0].node.is_empty(), "the log names the node");
 
     let unknown = job_id(&unique_name("never-inserted"));
     assert_eq!(store.get(&unknown).await.expect("get"), None);
-    assert!(store.history(&unknown).await.expect("history").is_empty());
+    assert!(store.history(&unknown, ALL_HISTORY).await.expect("history").is_empty());
 }
 
 /// `list` returns a topic's jobs in one state by (run_at, id), strictly after the cursor.
@@ -209,6 +212,9 @@ pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
         check_list_orders_and_pages(Arc::clone(&store)),
         check_live_jobs_pages_by_id(Arc::clone(&store)),
         check_counts(Arc::clone(&store)),
+        check_counts_follow_every_change(Arc::clone(&store)),
+        check_purge_ended(Arc::clone(&store)),
+        check_history_returns_the_newest_lines(Arc::clone(&store)),
         check_concurrent_inserts_are_durable(Arc::clone(&store)),
         check_batch_with_refused_items(Arc::clone(&store)),
         check_ping_and_empty_writes(Arc::clone(&store)),

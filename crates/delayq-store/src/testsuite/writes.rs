@@ -7,6 +7,7 @@ use delayq_common::{Job, JobState, Timestamp};
 
 use super::{
     assert_refused, change, get_ok, history_states, insert_ok, list_all, sample_job, unique_name, unique_topic,
+    ALL_HISTORY,
 };
 use crate::store::{JobStore, StateChange, StoreError};
 
@@ -154,7 +155,7 @@ pub async fn check_biz_key_unique_among_live_jobs(store: Arc<dyn JobStore>) {
         other => panic!("expected BizKeyTaken, got {other:?}"),
     }
     assert_eq!(store.get(&clash.id).await.expect("get"), None, "a refused job leaves no row");
-    assert!(store.history(&clash.id).await.expect("history").is_empty(), "nor a history line");
+    assert!(store.history(&clash.id, ALL_HISTORY).await.expect("history").is_empty(), "nor a history line");
 
     insert_ok(&*store, &with_key("biz-c", &other_topic)).await;
     let found = store.find_live_by_biz_key(&topic, &biz_key).await.expect("find");
@@ -245,7 +246,7 @@ pub async fn check_record_and_history_in_order(store: Arc<dyn JobStore>) {
         (stored.state, stored.attempt, stored.run_at, stored.updated_at, stored.result.as_deref()),
         (JobState::Finished, 2, nacked_run_at, at(60), Some("done"))
     );
-    let history = store.history(&job.id).await.expect("history");
+    let history = store.history(&job.id, ALL_HISTORY).await.expect("history");
     let lines: Vec<(JobState, u32, Timestamp)> =
         history.iter().map(|entry| (entry.state, entry.attempt, entry.at)).collect();
     assert_eq!(
@@ -262,7 +263,7 @@ pub async fn check_record_and_history_in_order(store: Arc<dyn JobStore>) {
     );
     assert_eq!(get_ok(&*store, &sibling.id).await.state, JobState::Ready, "every change of one call is applied");
     assert_eq!(store.get(&unknown.id).await.expect("get"), None);
-    assert!(store.history(&unknown.id).await.expect("history").is_empty());
+    assert!(store.history(&unknown.id, ALL_HISTORY).await.expect("history").is_empty());
 
     // One call that moves two jobs twice each, interleaved: applied in order.
     let other = sample_job(&unique_name("record-other"), &topic);

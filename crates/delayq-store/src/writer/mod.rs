@@ -16,6 +16,11 @@
 //! [`StoreError::Unavailable`] and the journal entries are kept and retried with
 //! backoff ahead of anything newer, until they commit or the store is closed.
 //!
+//! The journal is bounded: the handle counts the state changes journaled and
+//! not yet committed (queued, held or retained after a failure), and
+//! [`GroupCommitWriter::check_journal_room`] refuses once they reach the bound,
+//! so that callers stop adding to it while the database is down.
+//!
 //! The SQL lives behind [`BatchDialect`]; this module knows only ordering,
 //! batching, retries and replies.
 //!
@@ -57,7 +62,7 @@ mod hold;
 mod task;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
@@ -152,6 +157,10 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// Marks every live row deleted at `at`; returns the id and attempt of each.
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError>;
 
+    /// Deletes up to `limit` rows of jobs that ended before `ended_before`,
+    /// oldest end first, with their history rows; returns how many jobs.
+    async fn purge_ended(&self, tx: &mut Self::Tx, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError>;
+
     /// Appends history rows, in order, inside the transaction.
     async fn append_log(&self, tx: &mut Self::Tx, log: &[LogRow]) -> Result<(), BoxError>;
 
@@ -188,22 +197,48 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     }
 }
 
-/// The handle callers use to reach the writer task.
+/// The handle callers use to reach the writer task. A clone reaches the same task.
+#[derive(Clone)]
 pub(crate) struct GroupCommitWriter {
     sender: mpsc::UnboundedSender<Write>,
     backend: &'static str,
     commits: Arc<AtomicU64>,
+    /// Journaled state changes not committed yet; the task takes off what commits.
+    journal_backlog: Arc<AtomicUsize>,
+    journal_max: usize,
 }
 
 impl GroupCommitWriter {
-    /// Starts the writer task on a thread of its own (see [`run_on_own_thread`]).
-    pub(crate) fn spawn<D: BatchDialect>(dialect: D) -> GroupCommitWriter {
+    /// Starts the writer task on a thread of its own (see [`run_on_own_thread`]),
+    /// with a journal of at most `journal_max` uncommitted state changes.
+    pub(crate) fn spawn<D: BatchDialect>(dialect: D, journal_max: usize) -> GroupCommitWriter {
         let (sender, receiver) = mpsc::unbounded_channel();
         let commits = Arc::new(AtomicU64::new(0));
+        let journal_backlog = Arc::new(AtomicUsize::new(0));
         let backend = dialect.backend();
-        let task = WriterTask { dialect, receiver, commits: Arc::clone(&commits) };
+        let task = WriterTask {
+            dialect,
+            receiver,
+            commits: Arc::clone(&commits),
+            journal_backlog: Arc::clone(&journal_backlog),
+        };
         run_on_own_thread(backend, task.run());
-        GroupCommitWriter { sender, backend, commits }
+        GroupCommitWriter { sender, backend, commits, journal_backlog, journal_max }
+    }
+
+    /// Returns how many journaled state changes are not committed yet.
+    pub(crate) fn journal_backlog(&self) -> usize {
+        self.journal_backlog.load(Ordering::Relaxed)
+    }
+
+    /// Refuses when the journal holds `journal_max` state changes or more.
+    pub(crate) fn check_journal_room(&self) -> Result<(), StoreError> {
+        let backlog = self.journal_backlog();
+        if backlog < self.journal_max {
+            return Ok(());
+        }
+        let reason = format!("the journal is full: {backlog} state changes wait for the database");
+        Err(StoreError::Unavailable { backend: self.backend, source: reason.into() })
     }
 
     /// Returns how many transactions the writer has committed.
@@ -238,10 +273,19 @@ impl GroupCommitWriter {
         if changes.is_empty() {
             return;
         }
-        let dropped = changes.len();
+        let count = changes.len();
+        self.journal_backlog.fetch_add(count, Ordering::Relaxed);
         if self.sender.send(Write::Record { changes, reply: None }).is_err() {
-            warn!(backend = self.backend, dropped, "journal entries after close are dropped");
+            self.journal_backlog.fetch_sub(count, Ordering::Relaxed);
+            warn!(backend = self.backend, dropped = count, "journal entries after close are dropped");
         }
+    }
+
+    pub(crate) async fn purge_ended(&self, ended_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        self.call(|reply| Write::Purge { ended_before, limit, reply }).await
     }
 
     pub(crate) async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {

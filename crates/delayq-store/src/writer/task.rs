@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::error::Error as StdError;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +57,11 @@ pub(super) enum Write {
         at: Timestamp,
         reply: Reply<Vec<JobId>>,
     },
+    Purge {
+        ended_before: Timestamp,
+        limit: usize,
+        reply: Reply<u64>,
+    },
     Flush {
         reply: Reply<()>,
     },
@@ -77,6 +82,14 @@ impl Write {
     fn touches_database(&self) -> bool {
         !matches!(self, Write::Flush { .. } | Write::Close { .. })
     }
+
+    /// The state changes of a journal write (nobody waits for it), else 0.
+    fn journaled(&self) -> usize {
+        match self {
+            Write::Record { changes, reply: None } => changes.len(),
+            _ => 0,
+        }
+    }
 }
 
 /// What applying one write produced, before it is sent back.
@@ -84,6 +97,7 @@ enum Outcome {
     Inserted(InsertOutcomes),
     Replaced(Result<(), StoreError>),
     Deleted(Vec<JobId>),
+    Purged(u64),
     Done,
 }
 
@@ -118,6 +132,8 @@ pub(super) struct WriterTask<D> {
     pub(super) dialect: D,
     pub(super) receiver: mpsc::UnboundedReceiver<Write>,
     pub(super) commits: Arc<AtomicU64>,
+    /// The handle's count of uncommitted journal entries, taken down as they commit.
+    pub(super) journal_backlog: Arc<AtomicUsize>,
 }
 
 impl<D: BatchDialect> WriterTask<D> {
@@ -216,6 +232,8 @@ impl<D: BatchDialect> WriterTask<D> {
                     let rows = writes.iter().filter(|write| write.touches_database()).map(Write::rows).sum();
                     metrics::record_commit(self.dialect.backend(), rows, started.elapsed());
                 }
+                let journaled: usize = writes.iter().map(Write::journaled).sum();
+                self.journal_backlog.fetch_sub(journaled, Ordering::Relaxed);
                 answer(writes, outcomes);
                 Vec::new()
             }
@@ -239,6 +257,7 @@ impl<D: BatchDialect> WriterTask<D> {
             retained = self.commit(retained).await;
         }
         let dropped: usize = retained.iter().map(Write::rows).sum();
+        self.journal_backlog.fetch_sub(retained.iter().map(Write::journaled).sum(), Ordering::Relaxed);
         if dropped > 0 {
             error!(backend = self.dialect.backend(), dropped, "journal entries lost at close");
         }
@@ -289,6 +308,15 @@ impl<D: BatchDialect> WriterTask<D> {
                 }
                 Write::DeleteAllLive { at, .. } => {
                     Outcome::Deleted(delete_all_live(dialect, &mut tx, *at, &mut log).await?)
+                }
+                Write::Purge { ended_before, limit, .. } => {
+                    // The lines gathered so far go in first: should one concern
+                    // a job this purge deletes, it goes with it.
+                    if !log.is_empty() {
+                        dialect.append_log(&mut tx, &log).await?;
+                        log.clear();
+                    }
+                    Outcome::Purged(dialect.purge_ended(&mut tx, *ended_before, *limit).await?)
                 }
                 Write::Flush { .. } | Write::Close { .. } => Outcome::Done,
             };
@@ -436,6 +464,9 @@ fn answer(writes: Vec<Write>, outcomes: Vec<Outcome>) {
             (Write::DeleteAllLive { reply, .. }, Outcome::Deleted(ids)) => {
                 let _gone = reply.send(Ok(ids));
             }
+            (Write::Purge { reply, .. }, Outcome::Purged(purged)) => {
+                let _gone = reply.send(Ok(purged));
+            }
             (Write::Record { reply: Some(reply), .. } | Write::Flush { reply }, Outcome::Done) => {
                 let _gone = reply.send(Ok(()));
             }
@@ -461,6 +492,9 @@ fn fail(writes: Vec<Write>, backend: &'static str, cause: SharedError) -> Vec<Wr
                 let _gone = reply.send(Err(unavailable()));
             }
             Write::DeleteAllLive { reply, .. } => {
+                let _gone = reply.send(Err(unavailable()));
+            }
+            Write::Purge { reply, .. } => {
                 let _gone = reply.send(Err(unavailable()));
             }
             journal @ Write::Record { reply: None, .. } => retained.push(journal),
