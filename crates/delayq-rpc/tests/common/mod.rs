@@ -146,8 +146,22 @@ pub async fn raw_unary(
 
 /// Returns the resident set size of this process (where the server runs), in bytes.
 pub fn rss_bytes() -> u64 {
+    status_kilobytes("VmRSS:") * 1024
+}
+
+/// Returns the peak resident set size of this process since the last
+/// [`reset_peak_rss`], in bytes: memory the server took and gave back counts too.
+pub fn peak_rss_bytes() -> u64 {
+    status_kilobytes("VmHWM:") * 1024
+}
+
+/// Starts a new peak: from now on [`peak_rss_bytes`] counts from the current size.
+pub fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS through /proc/self/clear_refs");
+}
+
+fn status_kilobytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    let line = status.lines().find(|line| line.starts_with("VmRSS:")).expect("a VmRSS line");
-    let kilobytes: u64 = line.split_whitespace().nth(1).expect("a VmRSS value").parse().expect("a number");
-    kilobytes * 1024
+    let line = status.lines().find(|line| line.starts_with(field)).expect("the field in /proc/self/status");
+    line.split_whitespace().nth(1).expect("a value").parse().expect("a number")
 }
