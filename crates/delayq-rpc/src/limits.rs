@@ -93,7 +93,7 @@ impl MethodRules {
 pub(crate) fn rules_for(path: &str, limits: &MessageLimits) -> MethodRules {
     let Some(method) = path.strip_prefix(SERVICE_PREFIX) else {
         return MethodRules {
-            name: "request",
+            name: "gRPC",
             access: Access::User,
             max_message_bytes: SMALL_MESSAGE_BYTES,
             counted: None,
@@ -111,7 +111,7 @@ pub(crate) fn rules_for(path: &str, limits: &MessageLimits) -> MethodRules {
         "RestoreJob" => MethodRules::api("RestoreJob", Access::Admin, SMALL_MESSAGE_BYTES),
         "ClearAll" => MethodRules::api("ClearAll", Access::Admin, SMALL_MESSAGE_BYTES),
         other => {
-            let name = SMALL_METHODS.iter().find(|name| **name == other).copied().unwrap_or("request");
+            let name = SMALL_METHODS.iter().find(|name| **name == other).copied().unwrap_or("gRPC");
             MethodRules::api(name, Access::User, SMALL_MESSAGE_BYTES)
         }
     }
