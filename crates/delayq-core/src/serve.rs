@@ -7,6 +7,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::serve::ListenerExt;
@@ -131,7 +132,13 @@ async fn start_grpc(
     let rpc_config = delayq_rpc::RpcConfig {
         user_tokens: config.auth.tokens.clone(),
         admin_tokens: config.auth.admin_tokens.clone(),
-        max_message_bytes: config.limits.max_request_bytes,
+        max_reply_bytes: config.limits.max_request_bytes,
+        max_result_bytes: config.limits.max_result_bytes,
+        max_waiters: config.limits.max_waiters,
+        max_concurrent_streams: delayq_rpc::DEFAULT_MAX_CONCURRENT_STREAMS,
+        max_connections: config.server.max_connections,
+        header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
+        request_arrival_timeout: Duration::from_millis(config.server.request_timeout_ms),
     };
     tasks.spawn(async move {
         if let Err(error) = delayq_rpc::serve(listener, queue, rpc_config, shutdown.cancelled_owned()).await {

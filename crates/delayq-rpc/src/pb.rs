@@ -1,7 +1,16 @@
 //! The code generated from `proto/delayq.proto`.
 
 /// Package `delayq.v1`: messages, the `DelayQueueService` server and client.
-#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::all,
+    clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 pub mod v1 {
     tonic::include_proto!("delayq.v1");
 }

@@ -8,6 +8,9 @@
 //! server, or when its ttr has passed (the queue then delivers it again, to
 //! this stream or another). A client that goes away leaves its jobs reserved
 //! until their ttr, after which the other subscribers get them.
+//!
+//! Open streams count against `limits.max_waiters`: past it a Subscribe is
+//! refused with `UNAVAILABLE`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +20,7 @@ use std::time::Duration;
 use delayq_common::{JobId, Topic};
 use delayq_queue::service::MAX_POP_COUNT;
 use delayq_queue::DelayQueue;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -56,11 +59,21 @@ pub(crate) struct Subscriptions {
     holders: Mutex<HashMap<JobId, Arc<Flow>>>,
     /// Ends every stream (server shutdown).
     stop: CancellationToken,
+    /// One permit per stream that may be open.
+    open_streams: Arc<Semaphore>,
+    max_streams: usize,
 }
 
 impl Subscriptions {
-    pub(crate) fn new(stop: CancellationToken) -> Subscriptions {
-        Subscriptions { next_stream: AtomicU64::new(1), holders: Mutex::new(HashMap::new()), stop }
+    /// Keeps at most `max_streams` streams open at once.
+    pub(crate) fn new(stop: CancellationToken, max_streams: usize) -> Subscriptions {
+        Subscriptions {
+            next_stream: AtomicU64::new(1),
+            holders: Mutex::new(HashMap::new()),
+            stop,
+            open_streams: Arc::new(Semaphore::new(max_streams.min(Semaphore::MAX_PERMITS))),
+            max_streams,
+        }
     }
 
     fn holders(&self) -> MutexGuard<'_, HashMap<JobId, Arc<Flow>>> {
@@ -68,18 +81,28 @@ impl Subscriptions {
     }
 
     /// Starts a stream of `topic` with at most `max_in_flight` unacknowledged jobs.
+    ///
+    /// # Errors
+    /// `UNAVAILABLE` when `max_streams` streams are open already.
     pub(crate) fn start(
         self: &Arc<Self>,
         queue: Arc<DelayQueue>,
         topic: Topic,
         max_in_flight: usize,
-    ) -> ReceiverStream<Result<pb::ReservedJob, Status>> {
+    ) -> Result<ReceiverStream<Result<pb::ReservedJob, Status>>, Status> {
+        let Ok(permit) = Arc::clone(&self.open_streams).try_acquire_owned() else {
+            return Err(Status::unavailable(format!(
+                "too many waiters: at most {} (limits.max_waiters) Subscribe streams may be open",
+                self.max_streams
+            )));
+        };
         let (sender, receiver) = mpsc::channel(max_in_flight.max(1));
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let flow = Arc::new(Flow { stream, in_flight: Mutex::new(HashMap::new()), released: Notify::new() });
-        let subscription = Subscription { subscriptions: Arc::clone(self), flow, queue, topic, max_in_flight, sender };
+        let subscription =
+            Subscription { subscriptions: Arc::clone(self), flow, queue, topic, max_in_flight, sender, _open: permit };
         tokio::spawn(subscription.run());
-        ReceiverStream::new(receiver)
+        Ok(ReceiverStream::new(receiver))
     }
 
     /// Stops counting a job against the stream that holds it (finished, nacked or deleted).
@@ -149,6 +172,8 @@ struct Subscription {
     topic: Topic,
     max_in_flight: usize,
     sender: Sender,
+    /// Its place among the open streams, given back when the task ends.
+    _open: OwnedSemaphorePermit,
 }
 
 impl Subscription {

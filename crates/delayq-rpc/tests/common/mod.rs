@@ -83,3 +83,85 @@ impl TestServer {
 pub fn push(topic: &str, body: &str) -> delayq_rpc::pb::v1::PushRequest {
     delayq_rpc::pb::v1::PushRequest { topic: topic.into(), body: Some(body.into()), ..Default::default() }
 }
+
+/// Passes request and reply messages through as encoded bytes, so a test can
+/// send a message it never builds as structs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = bytes::Bytes;
+    type Decode = bytes::Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: bytes::Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<bytes::Bytes>, tonic::Status> {
+        let remaining = bytes::Buf::remaining(src);
+        Ok(Some(bytes::Buf::copy_to_bytes(src, remaining)))
+    }
+}
+
+/// Adds `authorization: Bearer <token>` to a request.
+pub fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let value = format!("Bearer {token}").parse().expect("ascii metadata");
+    request.metadata_mut().insert("authorization", value);
+    request
+}
+
+/// Calls the unary method at `path` with an already encoded message.
+pub async fn raw_unary(
+    channel: Channel,
+    path: &'static str,
+    request: tonic::Request<bytes::Bytes>,
+) -> Result<bytes::Bytes, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("channel ready");
+    let path = http::uri::PathAndQuery::from_static(path);
+    grpc.unary(request, path, RawCodec).await.map(tonic::Response::into_inner)
+}
+
+/// Returns the resident set size of this process (where the server runs), in bytes.
+pub fn rss_bytes() -> u64 {
+    status_kilobytes("VmRSS:") * 1024
+}
+
+/// Returns the peak resident set size of this process since the last
+/// [`reset_peak_rss`], in bytes: memory the server took and gave back counts too.
+pub fn peak_rss_bytes() -> u64 {
+    status_kilobytes("VmHWM:") * 1024
+}
+
+/// Starts a new peak: from now on [`peak_rss_bytes`] counts from the current size.
+pub fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS through /proc/self/clear_refs");
+}
+
+fn status_kilobytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let line = status.lines().find(|line| line.starts_with(field)).expect("the field in /proc/self/status");
+    line.split_whitespace().nth(1).expect("a value").parse().expect("a number")
+}
