@@ -172,11 +172,22 @@ async fn read_body(request: Request, state: &AppState) -> Result<Bytes, ApiError
     if usize::try_from(declared).map_or(true, |declared| declared > limit) {
         return Err(too_large());
     }
-    match Limited::new(request.into_body(), limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<LengthLimitError>() => Err(too_large()),
-        Err(_) => Err(ApiError::invalid("request body could not be read")),
+    // Frames are appended as they arrive, into room for the announced length,
+    // so the body is held once rather than as frames plus their copy.
+    let mut bytes = Vec::with_capacity(usize::try_from(declared).unwrap_or(0));
+    let mut body = Limited::new(request.into_body(), limit);
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    bytes.extend_from_slice(data);
+                }
+            }
+            Err(error) if error.is::<LengthLimitError>() => return Err(too_large()),
+            Err(_) => return Err(ApiError::invalid("request body could not be read")),
+        }
     }
+    Ok(Bytes::from(bytes))
 }
 
 /// The body length a request announces in `Content-Length` (0 when absent or unreadable).
