@@ -2,21 +2,27 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::{get, post};
-use axum::Router;
+use axum::routing::{get, post, MethodRouter};
+use axum::{Extension, Router};
 use delayq_queue::DelayQueue;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::limits::{self, BodyLimit, RouteLimits};
 use crate::{admin, auth, jobs, layers, ops, youzan};
 
 /// The default largest request body, in bytes: room for a full batch of small jobs.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+/// The default longest time a request may take (long polls get their wait on top).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default largest `result` of a finish, in bytes.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
 
 /// What the REST face needs from configuration.
 #[derive(Clone)]
@@ -27,8 +33,15 @@ pub struct ControllerConfig {
     /// Bearer tokens that may also call the admin routes (`/reStore`,
     /// `/reStoreJob`, `/clearAll`); they are accepted everywhere else too.
     pub admin_tokens: Vec<String>,
-    /// The largest request body accepted; larger requests get `413`.
+    /// The largest request body of any route; larger requests get `413`.
+    /// Routes that read a body have smaller limits sized from the job and
+    /// result limits.
     pub max_request_bytes: usize,
+    /// The largest `result` of a finish, in bytes; larger ones get `413`.
+    pub max_result_bytes: usize,
+    /// How long a request may take before it is answered `503`; the
+    /// long polls (`/pop`, `GET /topic/{topic}/job`) get their longest wait on top.
+    pub request_timeout: Duration,
     /// The handle `/metrics` renders; the binary installs its recorder.
     pub metrics: PrometheusHandle,
 }
@@ -40,6 +53,8 @@ impl ControllerConfig {
             tokens: Vec::new(),
             admin_tokens: Vec::new(),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             metrics,
         }
     }
@@ -57,6 +72,8 @@ impl fmt::Debug for ControllerConfig {
             .field("tokens", &self.tokens.len())
             .field("admin_tokens", &self.admin_tokens.len())
             .field("max_request_bytes", &self.max_request_bytes)
+            .field("max_result_bytes", &self.max_result_bytes)
+            .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -150,39 +167,54 @@ impl AppState {
 
 /// Builds the REST API of `API.md` over `state`.
 pub fn router(state: AppState) -> Router {
+    let body_limits = RouteLimits::new(
+        state.queue.settings().limits.max_body_bytes,
+        state.config.max_result_bytes,
+        state.config.max_request_bytes,
+    );
     let open_routes = Router::new().route("/health", get(ops::health));
-    let user_routes = user_routes().route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+    let user_routes =
+        user_routes(body_limits).route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     let admin_routes = Router::new()
         .route("/reStore", get(admin::restore).post(admin::restore))
         .route("/reStoreJob", get(admin::restore_job).post(admin::restore_job))
         .route("/clearAll", get(admin::clear_all).post(admin::clear_all))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_admin));
-    let max_request_bytes = state.config.max_request_bytes;
     open_routes
         .merge(user_routes)
         .merge(admin_routes)
+        // A route layer sees the matched route, which tells long polls apart.
+        .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_request_time))
         .fallback(layers::route_not_found)
         .method_not_allowed_fallback(layers::method_not_allowed)
-        .layer(DefaultBodyLimit::max(max_request_bytes))
+        .layer(DefaultBodyLimit::max(body_limits.other.0))
         .layer(CatchPanicLayer::custom(layers::panic_response))
         .layer(middleware::from_fn(layers::record_http_metrics))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
 
-fn user_routes() -> Router<AppState> {
+/// Gives the routes of `method_router` a body limit of their own.
+fn with_body_limit(method_router: MethodRouter<AppState>, limit: BodyLimit) -> MethodRouter<AppState> {
+    method_router.layer(Extension(limit))
+}
+
+fn user_routes(body_limits: RouteLimits) -> Router<AppState> {
     Router::new()
-        .route("/push", post(jobs::push))
-        .route("/push/batch", post(jobs::push_batch))
+        .route("/push", with_body_limit(post(jobs::push), body_limits.push))
+        .route("/push/batch", with_body_limit(post(jobs::push_batch), body_limits.batch))
         .route("/pop", get(jobs::pop).post(jobs::pop))
-        .route("/finish", post(jobs::finish))
+        .route("/finish", with_body_limit(post(jobs::finish), body_limits.finish))
         .route("/nack", post(jobs::nack))
         .route("/touch", post(jobs::touch))
         .route("/delete", get(jobs::delete).post(jobs::delete))
         .route("/jobs", get(jobs::find))
         .route("/jobs/{id}", get(jobs::get_job))
-        .route("/topic/{topic}/job", post(youzan::push).get(youzan::pop))
-        .route("/topic/{topic}/job/{id}", axum::routing::delete(youzan::delete).put(youzan::finish))
+        .route("/topic/{topic}/job", with_body_limit(post(youzan::push), body_limits.push).get(youzan::pop))
+        .route(
+            "/topic/{topic}/job/{id}",
+            with_body_limit(axum::routing::put(youzan::finish), body_limits.finish).delete(youzan::delete),
+        )
         .route("/stats", get(ops::stats))
         .route("/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))

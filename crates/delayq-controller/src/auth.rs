@@ -7,6 +7,7 @@ use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use delayq_common::ErrorKind;
+use subtle::{Choice, ConstantTimeEq};
 
 use crate::app::{AppState, ControllerConfig};
 use crate::error::ApiError;
@@ -43,13 +44,36 @@ fn authenticate(config: &ControllerConfig, headers: &HeaderMap) -> Result<Option
     let Some(token) = bearer_token(headers) else {
         return Err(ApiError::new(ErrorKind::Unauthenticated, "authorization is required: Bearer <token>"));
     };
-    if config.admin_tokens.iter().any(|known| same_token(known, token)) {
+    let (admin, user) = match_token(&config.admin_tokens, &config.tokens, token, |known, given| known.ct_eq(given));
+    if admin {
         return Ok(Some(Access::Admin));
     }
-    if config.tokens.iter().any(|known| same_token(known, token)) {
+    if user {
         return Ok(Some(Access::User));
     }
     Err(ApiError::new(ErrorKind::Unauthenticated, "token is not valid"))
+}
+
+/// Returns whether `given` is one of the admin tokens, and whether it is one
+/// of the user tokens.
+///
+/// Every token is compared, in full, whatever matched before: how long the
+/// check takes tells nothing about which token matched or how much of one.
+fn match_token(
+    admin_tokens: &[String],
+    user_tokens: &[String],
+    given: &str,
+    mut compare: impl FnMut(&[u8], &[u8]) -> Choice,
+) -> (bool, bool) {
+    let mut admin = Choice::from(0);
+    for known in admin_tokens {
+        admin |= compare(known.as_bytes(), given.as_bytes());
+    }
+    let mut user = Choice::from(0);
+    for known in user_tokens {
+        user |= compare(known.as_bytes(), given.as_bytes());
+    }
+    (bool::from(admin), bool::from(user))
 }
 
 /// Returns the token of an `Authorization: Bearer <token>` header.
@@ -58,14 +82,6 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-/// Compares tokens in time independent of where they differ.
-fn same_token(known: &str, given: &str) -> bool {
-    if known.len() != given.len() {
-        return false;
-    }
-    known.bytes().zip(given.bytes()).fold(0u8, |difference, (a, b)| difference | (a ^ b)) == 0
 }
 
 #[cfg(test)]
@@ -91,10 +107,33 @@ mod tests {
         assert_eq!(bearer_token(&HeaderMap::new()), None);
     }
 
+    fn tokens(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
     #[test]
     fn compares_whole_tokens() {
-        assert!(same_token("secret", "secret"));
-        assert!(!same_token("secret", "secreT"));
-        assert!(!same_token("secret", "secret2"));
+        let compare = |known: &[u8], given: &[u8]| known.ct_eq(given);
+        let admins = tokens(&["root-secret"]);
+        let users = tokens(&["secret", "other"]);
+        assert_eq!(match_token(&admins, &users, "secret", compare), (false, true));
+        assert_eq!(match_token(&admins, &users, "root-secret", compare), (true, false));
+        assert_eq!(match_token(&admins, &users, "secreT", compare), (false, false));
+        assert_eq!(match_token(&admins, &users, "secret2", compare), (false, false));
+        assert_eq!(match_token(&admins, &users, "", compare), (false, false));
+    }
+
+    #[test]
+    fn every_token_is_compared_whatever_matches_first() {
+        let admins = tokens(&["a1", "a2"]);
+        let users = tokens(&["u1", "u2", "u3"]);
+        for given in ["a1", "u1", "u3", "none"] {
+            let mut compared = Vec::new();
+            match_token(&admins, &users, given, |known, given| {
+                compared.push(String::from_utf8_lossy(known).into_owned());
+                known.ct_eq(given)
+            });
+            assert_eq!(compared, ["a1", "a2", "u1", "u2", "u3"], "given {given}");
+        }
     }
 }

@@ -4,17 +4,18 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Bytes, HttpBody};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::header::CONTENT_LENGTH;
 use axum::http::request::Parts;
-use axum::http::StatusCode;
 use delayq_common::{ErrorKind, InvalidField, JobId, JobState, Topic};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::limits::BodyLimit;
 
 /// The spellings a job id may have in a query string, in order of preference.
 const JOB_ID_PARAMS: [&str; 3] = ["jobId", "JobId", "id"];
@@ -156,20 +157,52 @@ impl FromRequest<AppState> for OptionalJsonObject {
     }
 }
 
-/// Reads the body within the request-size limit (`DefaultBodyLimit`).
-///
-/// The content type is not checked: mykit-style clients and `curl -d` send JSON
-/// under other content types, and a body that is not JSON is refused anyway.
-async fn read_body(request: Request, state: &AppState) -> Result<Bytes, ApiError> {
-    let limit = state.config.max_request_bytes;
-    Bytes::from_request(request, state).await.map_err(|rejection| body_rejection(&rejection, limit))
+/// A request body read whole, within the route's limit, not parsed.
+pub(crate) struct RawBody(pub(crate) Bytes);
+
+impl FromRequest<AppState> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<RawBody, ApiError> {
+        read_body(request, state).await.map(RawBody)
+    }
 }
 
-fn body_rejection(rejection: &BytesRejection, limit: usize) -> ApiError {
-    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        return ApiError::new(ErrorKind::TooLarge, format!("request body must be at most {limit} bytes"));
+/// Reads the body within the route's limit ([`BodyLimit`]).
+///
+/// A declared `Content-Length` over the limit is refused before a byte of
+/// the body is read. The content type is not checked: mykit-style clients and
+/// `curl -d` send JSON under other content types, and a body that is not JSON
+/// is refused anyway.
+async fn read_body(request: Request, state: &AppState) -> Result<Bytes, ApiError> {
+    let limit = request.extensions().get::<BodyLimit>().map_or(state.config.max_request_bytes, |limit| limit.0);
+    let too_large = || ApiError::new(ErrorKind::TooLarge, format!("request body must be at most {limit} bytes"));
+    let declared = declared_length(&request).max(request.body().size_hint().lower());
+    if usize::try_from(declared).map_or(true, |declared| declared > limit) {
+        return Err(too_large());
     }
-    ApiError::invalid("request body could not be read")
+    // Frames are appended as they arrive, into room for the announced length,
+    // so the body is held once rather than as frames plus their copy.
+    let mut bytes = Vec::with_capacity(usize::try_from(declared).unwrap_or(0));
+    let mut body = Limited::new(request.into_body(), limit);
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    bytes.extend_from_slice(data);
+                }
+            }
+            Err(error) if error.is::<LengthLimitError>() => return Err(too_large()),
+            Err(_) => return Err(ApiError::invalid("request body could not be read")),
+        }
+    }
+    Ok(Bytes::from(bytes))
+}
+
+/// The body length a request announces in `Content-Length` (0 when absent or unreadable).
+fn declared_length(request: &Request) -> u64 {
+    let header = request.headers().get(CONTENT_LENGTH).and_then(|value| value.to_str().ok());
+    header.and_then(|text| text.trim().parse::<u64>().ok()).unwrap_or(0)
 }
 
 fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {

@@ -3,15 +3,16 @@
 use std::time::Duration;
 
 use axum::extract::State;
-use delayq_common::{ErrorKind, JobId, Limits, PushRequest, TimeUnit, Timestamp};
-use delayq_queue::service::{DEFAULT_HISTORY_LIMIT, MAX_BATCH_PUSH, MAX_HISTORY_LIMIT, MAX_POP_COUNT, MAX_POP_WAIT};
+use delayq_common::{ErrorKind, InvalidField, JobId, Limits, PushRequest, TimeUnit, Timestamp};
+use delayq_queue::service::{DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, MAX_POP_COUNT, MAX_POP_WAIT};
 use delayq_queue::{Pushed, QueueError, QueueResult};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::app::AppState;
+use crate::batch::parse_batch;
 use crate::error::{ok, public_message, ApiError, ApiResult};
-use crate::extract::{parse_job_id, ApiPath, JsonObject, OptionalJsonObject, Params};
+use crate::extract::{parse_job_id, ApiPath, JsonObject, OptionalJsonObject, Params, RawBody};
 use crate::views::{decode_cursor, IdView, JobView, NackedView, PageView, PoppedJob, PushedView};
 
 /// The default page size of `GET /jobs`.
@@ -44,18 +45,9 @@ enum BatchItem {
 }
 
 /// `POST /push/batch`: `{"jobs": [...]}`, each job judged alone; answers in order.
-pub(crate) async fn push_batch(State(state): State<AppState>, JsonObject(mut fields): JsonObject) -> ApiResult {
-    let entries = match fields.remove("jobs") {
-        None | Some(Value::Null) => return Err(ApiError::invalid("jobs is required")),
-        Some(Value::Array(entries)) => entries,
-        Some(_) => return Err(ApiError::invalid("jobs must be an array")),
-    };
-    if entries.len() > MAX_BATCH_PUSH {
-        return Err(ApiError::invalid(format!("jobs must have at most {MAX_BATCH_PUSH} entries")));
-    }
-    let now = Timestamp::now();
-    let limits = limits(&state);
-    let requests = entries.iter().map(|entry| PushRequest::from_json(entry, TimeUnit::Millis, &limits, now)).collect();
+pub(crate) async fn push_batch(State(state): State<AppState>, RawBody(body): RawBody) -> ApiResult {
+    let requests = parse_batch(&body, &limits(&state), Timestamp::now())?;
+    drop(body);
     let outcomes = state.queue.push_batch(requests).await?;
     let items: Vec<BatchItem> = outcomes.into_iter().map(batch_item).collect();
     ok(items)
@@ -86,14 +78,19 @@ pub(crate) async fn finish(
 ) -> ApiResult {
     let id = params.job_id()?;
     let attempt = params.optional_attempt()?;
-    let result = finish_result(fields)?;
+    let result = finish_result(&state, fields)?;
     finish_job(&state, &id, attempt, result).await
 }
 
-/// Reads the optional `result` of a finish body.
-pub(crate) fn finish_result(fields: Option<Map<String, Value>>) -> Result<Option<String>, ApiError> {
+/// Reads the optional `result` of a finish body: a string of at most
+/// `max_result_bytes` bytes.
+pub(crate) fn finish_result(state: &AppState, fields: Option<Map<String, Value>>) -> Result<Option<String>, ApiError> {
+    let max_bytes = state.config.max_result_bytes;
     match fields.and_then(|mut fields| fields.remove("result")) {
         None | Some(Value::Null) => Ok(None),
+        Some(Value::String(result)) if result.len() > max_bytes => {
+            Err(InvalidField::too_large("result", format!("must be at most {max_bytes} bytes")).into())
+        }
         Some(Value::String(result)) => Ok(Some(result)),
         Some(_) => Err(ApiError::invalid("result must be a string")),
     }

@@ -13,18 +13,30 @@
 //! - `admin`: `/reStore`, `/reStoreJob`, `/clearAll`.
 //! - `ops`: `/health`, `/ready`, `/stats`, `/metrics`.
 //! - `auth`: bearer tokens; [`layers`]: fallbacks, panics, HTTP metrics.
+//! - `limits`: per-route body limits and the request timeout.
+//! - `batch`: reading a batch push without materializing more than it may hold.
+//! - [`server`]: the accept loop: connection cap, header deadline, graceful stop.
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic))]
 
 pub mod app;
 pub mod error;
 pub mod layers;
+pub mod server;
 
 mod admin;
 mod auth;
+mod batch;
 mod extract;
 mod jobs;
+mod limits;
 mod ops;
 mod views;
 mod youzan;
 
-pub use app::{router, AppState, ControllerConfig, Role, RoleInfo, RoleProvider, DEFAULT_MAX_REQUEST_BYTES};
+pub use app::{
+    router, AppState, ControllerConfig, Role, RoleInfo, RoleProvider, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_RESULT_BYTES, DEFAULT_REQUEST_TIMEOUT,
+};
 pub use error::ApiError;
+pub use server::{serve, HttpLimits};

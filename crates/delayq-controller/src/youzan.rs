@@ -67,7 +67,7 @@ pub(crate) async fn finish(
     OptionalJsonObject(fields): OptionalJsonObject,
 ) -> ApiResult {
     let id = job_of_topic(&state, &topic, &id).await?;
-    let result = finish_result(fields)?;
+    let result = finish_result(&state, fields)?;
     finish_job(&state, &id, None, result).await
 }
 

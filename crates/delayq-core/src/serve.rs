@@ -10,15 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use delayq_config::Config;
-use delayq_controller::{router, AppState, ControllerConfig, RoleProvider};
+use delayq_controller::{router, AppState, ControllerConfig, HttpLimits, RoleProvider};
 use delayq_queue::{DelayQueue, QueueSettings};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::backends::{build_leadership, build_scheduler, build_store};
@@ -65,19 +64,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let coordinator = config.zookeeper.connect.is_some().then_some("zookeeper");
     let role = leader::role_provider(&leadership, coordinator);
     let app = http_app(Arc::clone(&queue), &config, metrics, role);
-    let http_shutdown = root.child_token();
-    // Replies go out as soon as they are written. With Nagle's algorithm, the
-    // last segment of a reply that spans several (a batch's answer, on a network
-    // with a common MTU) waits for the client's ACK, which the client may delay
-    // by up to 40 ms. On loopback every reply fits one segment: no difference.
-    let listener = listener.tap_io(|stream| {
-        if let Err(error) = stream.set_nodelay(true) {
-            debug!(%error, "could not set TCP_NODELAY on an accepted connection");
-        }
-    });
-    let http_server = tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(http_shutdown.cancelled_owned()).await
-    });
+    let http_limits = HttpLimits::new(config.server.header_read_timeout_ms, config.server.max_connections);
+    let http_server = tokio::spawn(delayq_controller::serve(listener, app, http_limits, root.child_token()));
     let grpc_addr = start_grpc(&config, Arc::clone(&queue), &tasks, root.child_token()).await?;
     announce(&format!("delayq listening http={http_addr} grpc={grpc_addr}"))?;
 
@@ -88,10 +76,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     leadership.resign().await;
     let deadline = config.server.shutdown_timeout();
     let drained = tokio::time::timeout(deadline, async {
-        match http_server.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => warn!(error = %error, "http server stopped with an error"),
-            Err(error) => warn!(error = %error, "http server task failed"),
+        if let Err(error) = http_server.await {
+            warn!(error = %error, "http server task failed");
         }
         tasks.close();
         tasks.wait().await;
@@ -110,6 +96,8 @@ fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle, 
         tokens: config.auth.tokens.clone(),
         admin_tokens: config.auth.admin_tokens.clone(),
         max_request_bytes: config.limits.max_request_bytes,
+        max_result_bytes: config.limits.max_result_bytes,
+        request_timeout: Duration::from_millis(config.server.request_timeout_ms),
         metrics,
     };
     router(AppState::new(queue, controller_config).with_role(role))

@@ -85,14 +85,19 @@ impl TestApp {
     }
 
     pub async fn build(adjust: impl FnOnce(&mut ControllerConfig), wrap: impl FnOnce(AppState) -> AppState) -> TestApp {
+        TestApp::build_with_settings(QueueSettings::default(), adjust, wrap).await
+    }
+
+    /// Builds a server whose queue has `settings` (job limits, defaults).
+    pub async fn build_with_settings(
+        settings: QueueSettings,
+        adjust: impl FnOnce(&mut ControllerConfig),
+        wrap: impl FnOnce(AppState) -> AppState,
+    ) -> TestApp {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open_in(dir.path(), "test-node".to_owned()).await.unwrap();
-        let queue = Arc::new(DelayQueue::new(
-            Arc::new(MemoryScheduler::new()),
-            Arc::new(store),
-            Snowflake::new(1),
-            QueueSettings::default(),
-        ));
+        let queue =
+            Arc::new(DelayQueue::new(Arc::new(MemoryScheduler::new()), Arc::new(store), Snowflake::new(1), settings));
         let cancel = CancellationToken::new();
         tokio::spawn(run_timer(queue.clone(), cancel.clone()));
         let mut config = ControllerConfig::new(metrics_handle());
@@ -132,6 +137,11 @@ impl TestApp {
             request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
         let request = request.body(body.map(Body::from).unwrap_or_else(Body::empty)).unwrap();
+        self.exchange_request(request).await
+    }
+
+    /// Sends a prepared request and returns the status and raw body, unchecked.
+    pub async fn exchange_request(&self, request: Request<Body>) -> (StatusCode, Vec<u8>) {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let bytes = response.into_body().collect().await.unwrap().to_bytes().to_vec();
