@@ -263,10 +263,11 @@ async fn a_hostile_corpus_leaves_the_server_serving_with_bounded_memory() {
 
     let big = big_bodies();
     for round in 0..2 {
-        let sends = big.iter().cycle().skip(round).take(CONCURRENT_BIG).map(|(name, request)| {
+        let owned: Vec<_> =
+            big.iter().cycle().skip(round).take(CONCURRENT_BIG).map(|(name, request)| (*name, request.clone())).collect();
+        let sends = owned.into_iter().map(|(name, request)| {
             let addr = addr.clone();
-            let request = request.clone();
-            async move { (*name, exchange_raw(&addr, &request, Duration::from_secs(30)).await) }
+            async move { (name, exchange_raw(&addr, &request, Duration::from_secs(30)).await) }
         });
         for (name, outcome) in futures_join_all(sends).await {
             let status = status_of(&outcome.answer);
