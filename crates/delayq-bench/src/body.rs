@@ -84,8 +84,8 @@ pub(crate) fn parse_body_fields(body: &str) -> Option<(u64, u64)> {
 /// Splits a leading decimal number off `text`.
 fn split_number(text: &str) -> Option<(u64, &str)> {
     let digits_len = text.bytes().take_while(u8::is_ascii_digit).count();
-    let value = text.get(..digits_len)?.parse().ok()?;
-    Some((value, &text[digits_len..]))
+    let (digits, rest) = text.split_at_checked(digits_len)?;
+    Some((digits.parse().ok()?, rest))
 }
 
 #[cfg(test)]

@@ -301,9 +301,10 @@ impl ConsumerSlot {
     }
 
     fn hand_to_finisher(&mut self, job_id: String) {
-        let queue = &self.finish_queues[self.next_queue % self.finish_queues.len()];
+        let slot = self.next_queue.checked_rem(self.finish_queues.len()).unwrap_or_default();
         self.next_queue += 1;
-        if queue.send(job_id).is_err() {
+        let handed = self.finish_queues.get(slot).is_some_and(|queue| queue.send(job_id).is_ok());
+        if !handed {
             self.log.finish_errors.fetch_add(1, Ordering::Relaxed);
         }
     }

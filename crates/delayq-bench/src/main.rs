@@ -17,6 +17,12 @@
 //! - `report`: percentiles, tables, the median (min–max) summary and the JSON file.
 //! - `session`: `summarize`, the table of a whole session directory with its ratios.
 
+// Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
+)]
+
 mod body;
 mod client;
 mod clock;

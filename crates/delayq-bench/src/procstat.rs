@@ -76,7 +76,7 @@ fn clock_ticks_per_second() -> u64 {
 fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
     // The command name (field 2) may hold spaces and parentheses; fields after the last
     // ')' start at field 3, so utime (14) and stime (15) are the 12th and 13th of them.
-    let after_name = &stat[stat.rfind(')')? + 1..];
+    let (_, after_name) = stat.rsplit_once(')')?;
     let mut fields = after_name.split_whitespace().skip(11);
     let user_ticks: u64 = fields.next()?.parse().ok()?;
     let system_ticks: u64 = fields.next()?.parse().ok()?;
@@ -84,13 +84,13 @@ fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
 }
 
 fn parse_kib_field(text: &str, key: &str) -> Option<u64> {
-    let line = text.lines().find(|line| line.starts_with(key))?;
-    line[key.len()..].split_whitespace().next()?.parse().ok()
+    let value = text.lines().find_map(|line| line.strip_prefix(key))?;
+    value.split_whitespace().next()?.parse().ok()
 }
 
 fn parse_plain_field(text: &str, key: &str) -> Option<u64> {
-    let line = text.lines().find(|line| line.starts_with(key))?;
-    line[key.len()..].trim().parse().ok()
+    let value = text.lines().find_map(|line| line.strip_prefix(key))?;
+    value.trim().parse().ok()
 }
 
 /// A Redis server read with `INFO` over a plain RESP connection.
@@ -145,17 +145,17 @@ impl RedisProbe {
         let header = header.trim_end();
         let protocol =
             |detail: &str| BenchError::Protocol { from: format!("redis at {}", self.address), detail: detail.into() };
-        match header.as_bytes().first() {
-            Some(b'+') => Ok(header[1..].to_owned()),
-            Some(b'$') => {
-                let length: usize = header[1..].parse().map_err(|_| protocol(header))?;
-                let mut payload = vec![0; length + 2];
-                connection.read_exact(&mut payload).await.map_err(io_error)?;
-                payload.truncate(length);
-                Ok(String::from_utf8_lossy(&payload).into_owned())
-            }
-            _ => Err(protocol(header)),
+        if let Some(status) = header.strip_prefix('+') {
+            return Ok(status.to_owned());
         }
+        let Some(length) = header.strip_prefix('$') else {
+            return Err(protocol(header));
+        };
+        let length: usize = length.parse().map_err(|_| protocol(header))?;
+        let mut payload = vec![0; length + 2];
+        connection.read_exact(&mut payload).await.map_err(io_error)?;
+        payload.truncate(length);
+        Ok(String::from_utf8_lossy(&payload).into_owned())
     }
 }
 

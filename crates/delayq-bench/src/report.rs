@@ -11,12 +11,10 @@ use crate::error::{BenchError, BenchResult};
 pub(crate) fn nearest_rank<T: Copy>(sorted: &[T], percent: u32) -> Option<T> {
     debug_assert!(percent <= 100);
     let count = sorted.len();
-    if count == 0 {
-        return None;
-    }
+    let last = count.checked_sub(1)?;
     // Integer arithmetic, so 99 % of 100 values is rank 99 exactly.
     let rank = (percent as usize * count).div_ceil(100);
-    Some(sorted[rank.saturating_sub(1).min(count - 1)])
+    sorted.get(rank.saturating_sub(1).min(last)).copied()
 }
 
 /// The numbers of one run, in the order they were recorded, and its validity.
@@ -103,7 +101,7 @@ impl Spread {
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
         let (&min, &max) = (sorted.first()?, sorted.last()?);
-        Some(Spread { median: median_of_sorted(&sorted), min, max })
+        Some(Spread { median: median_of_sorted(&sorted)?, min, max })
     }
 
     /// Formats it as the tables show it: `median (min-max)`, or one number when all are equal.
@@ -135,13 +133,15 @@ pub(crate) fn summarize(records: &[RepRecord]) -> Vec<Summary> {
     summaries
 }
 
-fn median_of_sorted(sorted: &[f64]) -> f64 {
+/// Returns the median of ascending `sorted`; `None` when it is empty.
+fn median_of_sorted(sorted: &[f64]) -> Option<f64> {
     let middle = sorted.len() / 2;
+    let upper = *sorted.get(middle)?;
     if sorted.len() % 2 == 1 {
-        sorted[middle]
-    } else {
-        (sorted[middle - 1] + sorted[middle]) / 2.0
+        return Some(upper);
     }
+    let lower = *sorted.get(middle.checked_sub(1)?)?;
+    Some((lower + upper) / 2.0)
 }
 
 /// Formats a number the way the tables show it: integers plainly, others with 3 decimals.
@@ -261,7 +261,7 @@ mod tests {
             summaries,
             vec![Summary { name: "jobs_per_s".to_owned(), spread: Spread { median: 20.0, min: 10.0, max: 30.0 } }]
         );
-        assert_eq!(median_of_sorted(&[1.0, 2.0]), 1.5);
+        assert_eq!(median_of_sorted(&[1.0, 2.0]), Some(1.5));
         assert_eq!(Spread::of(&[4.0, 1.0]), Some(Spread { median: 2.5, min: 1.0, max: 4.0 }));
         assert_eq!(Spread::of(&[]), None);
         assert_eq!(Spread::of(&[0.5, 2.0, 1.0]).map(|spread| spread.display()), Some("1 (0.500-2)".to_owned()));

@@ -270,7 +270,7 @@ fn peer_rates(text: &str) -> Vec<(&'static str, f64)> {
     text.lines()
         .filter_map(|line| {
             let mode = ["single", "batch"].into_iter().find(|mode| line.contains(&format!(" {mode}:")))?;
-            let rest = &line[line.find("jobs_per_s=")? + "jobs_per_s=".len()..];
+            let (_, rest) = line.split_once("jobs_per_s=")?;
             let rate = rest.split_whitespace().next()?.parse().ok()?;
             Some((mode, rate))
         })

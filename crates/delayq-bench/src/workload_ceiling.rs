@@ -356,17 +356,12 @@ async fn run_slot(
     pipeline: usize,
     start_ms: u64,
 ) -> BenchResult<()> {
-    let mine: Vec<usize> = (slot..jobs.bodies.len()).step_by(slots).collect();
+    let mine: Vec<(usize, (&u64, &String))> =
+        jobs.delays.iter().zip(&jobs.bodies).enumerate().skip(slot).step_by(slots).collect();
     for chunk in mine.chunks(pipeline) {
         let mut pipe = redis::pipe();
-        for &index in chunk {
-            pipe.cmd("EVALSHA")
-                .arg(&jobs.sha)
-                .arg(0)
-                .arg(index)
-                .arg(start_ms + jobs.delays[index])
-                .arg(&jobs.bodies[index])
-                .ignore();
+        for &(index, (delay, body)) in chunk {
+            pipe.cmd("EVALSHA").arg(&jobs.sha).arg(0).arg(index).arg(start_ms + delay).arg(body).ignore();
         }
         pipe.query_async::<()>(&mut connection).await.map_err(|error| redis_error("EVALSHA", &error))?;
     }

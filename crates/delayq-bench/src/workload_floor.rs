@@ -58,7 +58,10 @@ pub(crate) async fn run(args: &FloorArgs, context: &RunContext, topic: &str) -> 
     let client = BenchClient::new(&context.server, args.concurrency)?;
     client.open_connections(args.concurrency).await?;
     // The warm-up and a check that the server refuses these requests as expected.
-    let (status, answer) = client.push_status(items[0].clone()).await?;
+    let Some(first_item) = items.first() else {
+        return Err(BenchError::Invalid("need n > 0".into()));
+    };
+    let (status, answer) = client.push_status(first_item.clone()).await?;
     if status != REFUSED_STATUS {
         return Err(BenchError::Protocol {
             from: "/push".into(),

@@ -135,10 +135,14 @@ pub(crate) async fn run(args: &LatenessArgs, context: &RunContext, topic: &str) 
         return Err(BenchError::Invalid("need n > 0".into()));
     }
     let n = args.n as u64;
-    let due_ms: Vec<u64> = (0..n).map(|index| t0_ms + args.start_ms + index * args.window_ms / n).collect();
+    let due_of = |index: u64| t0_ms + args.start_ms + index * args.window_ms / n;
+    let due_ms: Vec<u64> = (0..n).map(due_of).collect();
     let jobs: Vec<JobSpec> = shuffled_order(args.seed, args.n)
         .into_iter()
-        .map(|index| JobSpec { index: index as u64, due: DueTime::RunAtMs(due_ms[index]), body_due_ms: due_ms[index] })
+        .map(|position| {
+            let index = position as u64;
+            JobSpec { index, due: DueTime::RunAtMs(due_of(index)), body_due_ms: due_of(index) }
+        })
         .collect();
     let units = Arc::new(build_units(
         topic,

@@ -91,13 +91,12 @@ impl Job {
     /// Returns the delay before the next redelivery after a nack of the current attempt.
     pub fn backoff(&self, default: &RetryPolicy) -> Duration {
         let redelivery = self.attempt.max(1);
-        match self.retry_backoff.as_slice() {
-            [] => default.exponential(redelivery),
-            backoff => {
-                let index = (redelivery as usize - 1).min(backoff.len() - 1);
-                backoff[index]
-            }
-        }
+        let Some(last) = self.retry_backoff.last() else {
+            return default.exponential(redelivery);
+        };
+        // Redeliveries past the end of the list keep its last delay.
+        let index = usize::try_from(redelivery - 1).unwrap_or(usize::MAX);
+        *self.retry_backoff.get(index).unwrap_or(last)
     }
 
     /// Returns when this job expires if it is still unpopped, if it has a ttl.
@@ -184,13 +183,14 @@ pub(crate) mod tests {
         let mut job = sample_job();
         job.retry_backoff = vec![Duration::from_millis(100), Duration::from_millis(500)];
         let policy = RetryPolicy::default();
-        let delays: Vec<u64> = (1..=4)
+        let delays: Vec<u64> = [0, 1, 2, 3, 4, u32::MAX]
+            .into_iter()
             .map(|attempt| {
                 job.attempt = attempt;
                 job.backoff(&policy).as_millis() as u64
             })
             .collect();
-        assert_eq!(delays, [100, 500, 500, 500]);
+        assert_eq!(delays, [100, 100, 500, 500, 500, 500]);
     }
 
     #[test]

@@ -12,6 +12,12 @@
 //! - [`push`]: parsing and validating a push request ([`PushRequest`]).
 //! - [`error`]: [`ErrorKind`], the one classification of failures.
 
+// Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
+)]
+
 pub mod error;
 pub mod job;
 pub mod name;

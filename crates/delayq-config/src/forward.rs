@@ -183,19 +183,20 @@ impl RouteConfig {
 /// Why the template is malformed.
 pub fn check_template(template: &str) -> Result<(), String> {
     let mut rest = template;
-    while let Some(open) = rest.find(['{', '}']) {
-        if rest[open..].starts_with('}') {
+    while let Some((before, after)) = rest.split_once('{') {
+        if before.contains('}') {
             return Err(format!("{template:?} has a '}}' without '{{'"));
         }
-        let after = &rest[open + 1..];
-        let Some(close) = after.find('}') else {
+        let Some((placeholder, remainder)) = after.split_once('}') else {
             return Err(format!("{template:?} has a '{{' without '}}'"));
         };
-        let placeholder = &after[..close];
         if !TEMPLATE_PLACEHOLDERS.contains(&placeholder) {
             return Err(format!("{template:?} uses {{{placeholder}}}; only {{topic}} {{subtopic}} {{id}} expand"));
         }
-        rest = &after[close + 1..];
+        rest = remainder;
+    }
+    if rest.contains('}') {
+        return Err(format!("{template:?} has a '}}' without '{{'"));
     }
     Ok(())
 }
@@ -260,5 +261,9 @@ mod tests {
         assert!(check_template("{topic").is_err());
         assert!(check_template("topic}").is_err());
         assert!(check_template("{Topic}").is_err());
+        assert!(check_template("{topic}}").is_err());
+        assert!(check_template("{topic}.x}{id}").is_err());
+        assert!(check_template("{{topic}").is_err());
+        assert!(check_template("ü{topic}ö").is_ok());
     }
 }

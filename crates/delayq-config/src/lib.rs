@@ -8,6 +8,12 @@
 //! - [`load`]: layering and validation.
 //! - [`forward`]: the `[forward]` routes and their validation.
 
+// Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
+)]
+
 pub mod forward;
 pub mod load;
 pub mod model;

@@ -15,6 +15,12 @@
 //! `Standalone` and stop it when it turns anything else or its `epoch` changes; stamp leader
 //! writes with that epoch and check `holds_leadership(epoch)` before each batch.
 
+// Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
+)]
+
 mod error;
 mod leadership;
 mod role;

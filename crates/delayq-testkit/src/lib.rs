@@ -10,6 +10,12 @@
 //! Used only by tests (and by the conformance suites behind the `testsuite`
 //! features); nothing here is part of the server.
 
+// Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
+)]
+
 /// The variable that turns a skipped test into a failure when it is `1`.
 pub const REQUIRE_SERVICES: &str = "DELAYQ_TEST_REQUIRE_SERVICES";
 
