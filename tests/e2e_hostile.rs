@@ -263,8 +263,13 @@ async fn a_hostile_corpus_leaves_the_server_serving_with_bounded_memory() {
 
     let big = big_bodies();
     for round in 0..2 {
-        let owned: Vec<_> =
-            big.iter().cycle().skip(round).take(CONCURRENT_BIG).map(|(name, request)| (*name, request.clone())).collect();
+        let owned: Vec<_> = big
+            .iter()
+            .cycle()
+            .skip(round)
+            .take(CONCURRENT_BIG)
+            .map(|(name, request)| (*name, request.clone()))
+            .collect();
         let sends = owned.into_iter().map(|(name, request)| {
             let addr = addr.clone();
             async move { (name, exchange_raw(&addr, &request, Duration::from_secs(30)).await) }

@@ -97,7 +97,12 @@ pub(crate) fn finish_result(state: &AppState, fields: Option<Map<String, Value>>
 }
 
 /// Finishes a job (of delivery `attempt` when given), saying "not reserved" when it is in another state.
-pub(crate) async fn finish_job(state: &AppState, id: &JobId, attempt: Option<u32>, result: Option<String>) -> ApiResult {
+pub(crate) async fn finish_job(
+    state: &AppState,
+    id: &JobId,
+    attempt: Option<u32>,
+    result: Option<String>,
+) -> ApiResult {
     state.queue.finish(id, attempt, result).await.map_err(not_reserved)?;
     ok(IdView::of(id))
 }

@@ -168,7 +168,9 @@ async fn delete_accepts_three_id_spellings_both_methods_and_biz_keys() {
         let id = app.push(json!({"topic": "t", "body": "b", "delay": 60000})).await;
         let reply = app.send(method, &format!("/delete?{param}={id}"), None, None).await;
         assert_eq!((reply.status, reply.data()), (StatusCode::OK, &json!({"id": id})), "{param}");
-        app.get(&format!("/delete?{param}={id}")).await.assert_error(StatusCode::CONFLICT, &format!("job {id} is deleted"));
+        app.get(&format!("/delete?{param}={id}"))
+            .await
+            .assert_error(StatusCode::CONFLICT, &format!("job {id} is deleted"));
     }
     let id = app.push(json!({"topic": "t", "body": "b", "bizKey": "order-9"})).await;
     let reply = app.get("/delete?topic=t&bizKey=order-9").await;

@@ -457,7 +457,8 @@ impl DelayQueue {
         let _waiting = if wait.is_zero() {
             None
         } else {
-            let permit = self.waiters.try_acquire().map_err(|_| QueueError::Busy { limit: self.settings.max_waiters })?;
+            let permit =
+                self.waiters.try_acquire().map_err(|_| QueueError::Busy { limit: self.settings.max_waiters })?;
             Some(permit)
         };
         let jobs = self.scheduler.reserve(topic, count, wait.min(MAX_POP_WAIT)).await?;
@@ -501,7 +502,9 @@ impl DelayQueue {
                 return Err(refused);
             }
             // Its ttr ran out between the check and now; the client's ack still wins.
-            Err(QueueError::WrongState { .. } | QueueError::StaleAttempt { .. }) => self.forget_in_scheduler(id).await?,
+            Err(QueueError::WrongState { .. } | QueueError::StaleAttempt { .. }) => {
+                self.forget_in_scheduler(id).await?
+            }
             Err(error) => return Err(error),
         }
         queue_metrics::record_finish();

@@ -97,7 +97,11 @@ async fn an_ended_job_is_a_conflict_naming_its_state() {
         let popped = queue.pop(&topic, 1, Duration::ZERO).await.expect("pop");
         assert_eq!(popped.len(), 1, "{name}");
         queue.finish(&finished.id, None, None).await.expect("finish");
-        assert_wrong_state("finish of a finished job", queue.finish(&finished.id, None, None).await, JobState::Finished);
+        assert_wrong_state(
+            "finish of a finished job",
+            queue.finish(&finished.id, None, None).await,
+            JobState::Finished,
+        );
         assert_wrong_state("delete of a finished job", queue.delete(&finished.id).await, JobState::Finished);
         assert_wrong_state("nack of a finished job", queue.nack(&finished.id, None, None).await, JobState::Finished);
         assert_wrong_state("touch of a finished job", queue.touch(&finished.id, None).await, JobState::Finished);

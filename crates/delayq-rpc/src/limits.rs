@@ -183,7 +183,11 @@ mod tests {
         assert!(push.encoded_len() <= LIMITS.push_bytes(), "{}", push.encoded_len());
         let batch = pb::PushBatchRequest { jobs: vec![push; MAX_BATCH_PUSH] };
         assert!(batch.encoded_len() <= LIMITS.push_batch_bytes(), "{}", batch.encoded_len());
-        let finish = pb::FinishRequest { id: "x".repeat(128), result: Some("r".repeat(LIMITS.max_result_bytes)) };
+        let finish = pb::FinishRequest {
+            id: "x".repeat(128),
+            result: Some("r".repeat(LIMITS.max_result_bytes)),
+            attempt: Some(u32::MAX),
+        };
         assert!(finish.encoded_len() <= LIMITS.finish_bytes());
         let delete = pb::DeleteRequest { id: "x".repeat(128), topic: "x".repeat(128), biz_key: "😀".repeat(128) };
         assert!(delete.encoded_len() <= SMALL_MESSAGE_BYTES);

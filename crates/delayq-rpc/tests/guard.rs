@@ -92,16 +92,16 @@ async fn each_method_takes_what_it_can_accept() {
     client.push(pb::PushRequest { id: Some("j".into()), ..push("t", "b") }).await.expect("push");
     let popped = client.pop(pb::PopRequest { topic: "t".into(), count: Some(1), timeout_ms: Some(2_000) }).await;
     assert_eq!(popped.expect("pop").into_inner().jobs.len(), 1);
-    let too_long = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(65_537)) };
+    let too_long = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(65_537)), attempt: None };
     let refused = refusal(client.finish(too_long).await);
     assert_eq!(refused, (Code::InvalidArgument, "result must be at most 65536 bytes".to_owned()));
-    let huge = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(1 << 20)) };
+    let huge = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(1 << 20)), attempt: None };
     assert_eq!(
         refusal(client.finish(huge).await),
         (Code::InvalidArgument, "Finish request must be at most 69632 bytes".to_owned())
     );
     // The refused finishes changed nothing: the job is still reserved and can be finished.
-    let longest = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(65_536)) };
+    let longest = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(65_536)), attempt: None };
     client.finish(longest).await.expect("a result of the largest size");
     server.stop().await;
 }

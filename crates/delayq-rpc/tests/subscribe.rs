@@ -120,7 +120,10 @@ async fn flow_control_and_the_jobs_of_a_vanished_subscriber() {
     assert!(extra.is_err(), "no 11th job while 10 are unacknowledged");
     // One Finish opens one slot.
     let first = held.remove(0);
-    client.finish(pb::FinishRequest { id: first.id.clone(), result: None, attempt: Some(first.attempt) }).await.expect("finish");
+    client
+        .finish(pb::FinishRequest { id: first.id.clone(), result: None, attempt: Some(first.attempt) })
+        .await
+        .expect("finish");
     let next = tokio::time::timeout(Duration::from_secs(2), greedy.message()).await;
     held.push(next.expect("a slot opened").expect("message").expect("a job"));
     let extra = tokio::time::timeout(Duration::from_millis(300), greedy.message()).await;

@@ -71,7 +71,8 @@ async fn nack_touch_delete_and_wrong_states() {
     let popped = client.pop(pop("t", 1)).await.expect("pop").into_inner().jobs;
     assert_eq!(popped[0].id, "now");
     client.touch(pb::TouchRequest { id: "now".into(), attempt: None }).await.expect("touch");
-    let nacked = client.nack(pb::NackRequest { id: "now".into(), delay_ms: Some(0), attempt: None }).await.expect("nack");
+    let nacked =
+        client.nack(pb::NackRequest { id: "now".into(), delay_ms: Some(0), attempt: None }).await.expect("nack");
     assert_eq!(nacked.into_inner().state, pb::JobState::Ready as i32);
     let again = client.pop(pop("t", 1)).await.expect("pop").into_inner().jobs;
     assert_eq!((again[0].id.as_str(), again[0].attempt), ("now", 2));

@@ -149,7 +149,13 @@ impl Engine {
         self.remove(slot).ok_or_else(|| QueueError::NotFound(id.clone()))
     }
 
-    pub(super) fn nack(&mut self, id: &JobId, attempt: Option<u32>, delay: Duration, now: Timestamp) -> QueueResult<Job> {
+    pub(super) fn nack(
+        &mut self,
+        id: &JobId,
+        attempt: Option<u32>,
+        delay: Duration,
+        now: Timestamp,
+    ) -> QueueResult<Job> {
         let slot = self.reserved_slot(id, attempt)?;
         let retries_left = self.job(slot).is_some_and(Job::has_retries_left);
         if !retries_left {

@@ -358,7 +358,9 @@ const DELETE_BATCH_CHUNK: usize = 1_000;
 /// script reports only the job's current one).
 fn named_attempt(error: QueueError, attempt: Option<u32>) -> QueueError {
     match (error, attempt) {
-        (QueueError::StaleAttempt { id, current, .. }, Some(attempt)) => QueueError::StaleAttempt { id, attempt, current },
+        (QueueError::StaleAttempt { id, current, .. }, Some(attempt)) => {
+            QueueError::StaleAttempt { id, attempt, current }
+        }
         (other, _) => other,
     }
 }

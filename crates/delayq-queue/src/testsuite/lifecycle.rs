@@ -78,7 +78,11 @@ pub async fn check_nack_with_delay(scheduler: Arc<dyn Scheduler>) {
     assert_not_found("nack of an unknown job", scheduler.nack(&names.id("nobody"), None, Duration::ZERO).await);
     let waiting = names.job("waiting", &topic, in_ms(60_000));
     ok("schedule", scheduler.schedule(&waiting).await);
-    assert_wrong_state("nack of a waiting job", scheduler.nack(&waiting.id, None, Duration::ZERO).await, JobState::Delay);
+    assert_wrong_state(
+        "nack of a waiting job",
+        scheduler.nack(&waiting.id, None, Duration::ZERO).await,
+        JobState::Delay,
+    );
 }
 
 /// After `maxRetries` redeliveries, a ttr expiry makes the job dead: it is gone.
