@@ -22,12 +22,17 @@ use tokio_util::sync::CancellationToken;
 
 mod common;
 
+/// A deployment: its name, its backends, and the directory its SQLite file lives in.
+type Deployment = (&'static str, Arc<dyn Scheduler>, Arc<dyn JobStore>, Option<tempfile::TempDir>);
+
+/// A push the test starts from inside a clear.
+type ClearHook = Box<dyn FnOnce() -> tokio::task::JoinHandle<()> + Send>;
+
 /// The two deployments: embedded, and Redis + MySQL when both are configured.
-async fn deployments() -> Vec<(&'static str, Arc<dyn Scheduler>, Arc<dyn JobStore>, Option<tempfile::TempDir>)> {
+async fn deployments() -> Vec<Deployment> {
     let dir = tempfile::tempdir().expect("temp dir");
     let sqlite = SqliteStore::open_in(dir.path(), "trust".to_owned()).await.expect("sqlite store");
-    let mut all: Vec<(&'static str, Arc<dyn Scheduler>, Arc<dyn JobStore>, Option<tempfile::TempDir>)> =
-        vec![("embedded", Arc::new(MemoryScheduler::new()), Arc::new(sqlite), Some(dir))];
+    let mut all: Vec<Deployment> = vec![("embedded", Arc::new(MemoryScheduler::new()), Arc::new(sqlite), Some(dir))];
     let redis = delayq_testkit::service("DELAYQ_TEST_REDIS_URL");
     let mysql = delayq_testkit::service("DELAYQ_TEST_MYSQL_URL");
     if let (Some(redis), Some(mysql)) = (redis, mysql) {
@@ -230,7 +235,7 @@ struct Faulty {
     pop_before_replace: std::sync::atomic::AtomicBool,
     /// Runs before a clear or batch delete goes to the backend.
     before_clear: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-    clear_hook: std::sync::Mutex<Option<Box<dyn FnOnce() -> tokio::task::JoinHandle<()> + Send>>>,
+    clear_hook: std::sync::Mutex<Option<ClearHook>>,
 }
 
 impl Faulty {
@@ -390,13 +395,13 @@ async fn a_push_during_clear_all_is_either_cleared_or_delivered() {
                 tokio::spawn(async move {
                     queue.push(push(&topic, Some(&late_id), "late")).await.expect("late push");
                 })
-            }) as Box<dyn FnOnce() -> tokio::task::JoinHandle<()> + Send>
+            }) as ClearHook
         };
         *faulty.clear_hook.lock().expect("hook") = Some(hook);
         queue.clear_all().await.expect("clear");
         let late_push = faulty.before_clear.lock().expect("hook").take().expect("the hook ran");
         late_push.await.expect("late push");
-        assert_backends_agree(name, &queue, &[late_id.clone()]).await;
+        assert_backends_agree(name, &queue, std::slice::from_ref(&late_id)).await;
         let delivered = queue.pop(&topic, 100, Duration::ZERO).await.expect("pop");
         let stored_live = queue.store().get(&late_id).await.expect("get").is_some_and(|job| job.state.is_live());
         assert_eq!(delivered.len(), usize::from(stored_live), "{name}: {delivered:?}");
