@@ -109,7 +109,7 @@ async fn consume(client: Client, deliveries: Arc<Mutex<HashMap<String, u32>>>) {
             }
         }
         let finishes = ids.iter().map(|id| finish_with_retries(client.clone(), id.clone()));
-        futures_join_all(finishes).await;
+        common::join_spawned(finishes).await;
     }
 }
 
@@ -123,17 +123,4 @@ async fn finish_with_retries(client: Client, id: String) {
         }
     }
     panic!("finish {id} kept failing");
-}
-
-/// Runs the futures concurrently and returns their outputs in order.
-async fn futures_join_all<F: std::future::Future + Send + 'static>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
-where
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futures.map(tokio::spawn).collect();
-    let mut outputs = Vec::with_capacity(handles.len());
-    for handle in handles {
-        outputs.push(handle.await.expect("task"));
-    }
-    outputs
 }

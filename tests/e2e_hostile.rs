@@ -274,7 +274,7 @@ async fn a_hostile_corpus_leaves_the_server_serving_with_bounded_memory() {
             let addr = addr.clone();
             async move { (name, exchange_raw(&addr, &request, Duration::from_secs(30)).await) }
         });
-        for (name, outcome) in futures_join_all(sends).await {
+        for (name, outcome) in common::join_spawned(sends).await {
             let status = status_of(&outcome.answer);
             let answer = String::from_utf8_lossy(outcome.answer.get(..300).unwrap_or(&outcome.answer)).into_owned();
             assert!(status.is_some_and(|status| status == 200 || status == 400), "{name}: {answer}");
@@ -289,19 +289,6 @@ async fn a_hostile_corpus_leaves_the_server_serving_with_bounded_memory() {
         "peak RSS {peak} kB grew more than {PEAK_GROWTH_BOUND_KB} kB over {rss_before} kB"
     );
     assert!(server.terminate().await, "clean shutdown after the corpus");
-}
-
-/// Runs futures concurrently and returns their outputs in order.
-async fn futures_join_all<F: std::future::Future + Send + 'static>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
-where
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futures.map(tokio::spawn).collect();
-    let mut outputs = Vec::with_capacity(handles.len());
-    for handle in handles {
-        outputs.push(handle.await.expect("task"));
-    }
-    outputs
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -321,7 +308,7 @@ async fn clients_that_never_finish_their_headers_are_disconnected() {
         // End of stream or a reset: either way the server closed it.
         tokio::time::timeout(Duration::from_secs(6), stream.read_to_end(&mut rest)).await.is_ok()
     });
-    let closed = futures_join_all(waits).await;
+    let closed = common::join_spawned(waits).await;
     let still_open = closed.iter().filter(|closed| !**closed).count();
     assert_eq!(still_open, 0, "connections still open {:?} after their headers stalled", opened.elapsed());
     assert_healthy(&server).await;

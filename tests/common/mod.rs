@@ -159,3 +159,16 @@ async fn envelope(response: reqwest::Response) -> Result<(u16, Value), reqwest::
 pub fn unique_name(stem: &str) -> String {
     format!("{stem}_{}_{}", std::process::id(), now_ms() % 100_000_000)
 }
+
+/// Runs the futures concurrently, each in its own task, and returns their outputs in order.
+pub async fn join_spawned<F: std::future::Future + Send + 'static>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut outputs = Vec::with_capacity(handles.len());
+    for handle in handles {
+        outputs.push(handle.await.expect("task"));
+    }
+    outputs
+}
