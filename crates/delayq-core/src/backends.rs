@@ -10,11 +10,16 @@ use tokio_util::sync::CancellationToken;
 use crate::node::NodeIdentity;
 use delayq_queue::redis::{RedisScheduler, RedisSchedulerOptions};
 use delayq_queue::{MemoryScheduler, Scheduler};
-use delayq_store::{JobStore, MysqlStore, SqliteStore, StoreOptions};
+use delayq_config::SqliteSynchronous;
+use delayq_store::{JobStore, MysqlStore, SqliteStore, SqliteSync, StoreOptions};
 
 /// Opens the durable store: the configured database, else SQLite in the data directory.
 pub(crate) async fn build_store(config: &Config, node: &str) -> anyhow::Result<Arc<dyn JobStore>> {
-    let options = StoreOptions::from_config(config.store.retention_ms, config.store.journal_max);
+    let mut options = StoreOptions::from_config(config.store.retention_ms, config.store.journal_max);
+    options.sqlite_sync = match config.store.sqlite_synchronous {
+        SqliteSynchronous::Full => SqliteSync::Full,
+        SqliteSynchronous::Normal => SqliteSync::Normal,
+    };
     match config.store.database_url.as_deref() {
         None => {
             let store = SqliteStore::open_in_with_options(&config.server.data_dir, node.to_owned(), options)

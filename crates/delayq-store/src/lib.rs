@@ -24,6 +24,6 @@ pub mod testsuite;
 mod writer;
 
 pub use mysql::MysqlStore;
-pub use options::StoreOptions;
+pub use options::{SqliteSync, StoreOptions};
 pub use sqlite::SqliteStore;
 pub use store::{BoxError, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};

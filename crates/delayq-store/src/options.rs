@@ -10,7 +10,21 @@ pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// purge never holds the writer long.
 pub const PURGE_BATCH: usize = 1_000;
 
-/// How a store keeps its tables and its journal bounded.
+/// When SQLite syncs a commit to the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SqliteSync {
+    /// Every commit is synced before it is acknowledged (`synchronous=FULL`):
+    /// nothing acknowledged is lost on an OS crash or power cut. The group
+    /// commit pays one sync for all the writes it carries.
+    #[default]
+    Full,
+    /// The WAL is synced at checkpoints only (`synchronous=NORMAL`): a killed
+    /// process loses nothing, an OS crash or power cut may lose the last
+    /// acknowledged commits.
+    Normal,
+}
+
+/// How a store keeps its tables and its journal bounded, and how SQLite syncs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
     /// How long an ended job (finished, deleted, dead, expired) and its history
@@ -21,12 +35,20 @@ pub struct StoreOptions {
     /// The most journaled state changes that may wait for the database; past
     /// it [`crate::JobStore::check_journal_room`] refuses.
     pub journal_max: usize,
+    /// When the SQLite store syncs a commit; the MySQL store ignores it (the
+    /// server's own `innodb_flush_log_at_trx_commit` decides there).
+    pub sqlite_sync: SqliteSync,
 }
 
 impl Default for StoreOptions {
-    /// No retention (nothing is purged), the default journal bound.
+    /// No retention (nothing is purged), the default journal bound, full syncs.
     fn default() -> StoreOptions {
-        StoreOptions { retention: None, purge_interval: DEFAULT_PURGE_INTERVAL, journal_max: DEFAULT_JOURNAL_MAX }
+        StoreOptions {
+            retention: None,
+            purge_interval: DEFAULT_PURGE_INTERVAL,
+            journal_max: DEFAULT_JOURNAL_MAX,
+            sqlite_sync: SqliteSync::Full,
+        }
     }
 }
 

@@ -4,12 +4,15 @@
 //! write connection; reads use a separate pool and run in parallel with it
 //! (WAL readers never block the writer).
 //!
-//! Durability: the database runs in WAL journal mode with `synchronous=NORMAL`.
-//! A commit returns once its frames are written to the WAL file, so every write
-//! acknowledged to a caller survives the process being killed (kill -9, panic,
-//! OOM killer). The WAL is fsynced at checkpoints rather than at every commit, so
-//! an OS crash or power loss may lose the last commits (never corrupting the
-//! file); that is the trade for group commits without an fsync each.
+//! Durability: the database runs in WAL journal mode with `synchronous=FULL`
+//! by default. A commit returns once its frames are written to the WAL file
+//! and the file is synced, so every write acknowledged to a caller survives
+//! the process being killed and an OS crash or power cut. The group commit
+//! writer pays that sync once for all the writes a transaction carries.
+//! [`SqliteSync::Normal`] (`store.sqlite_synchronous = "normal"`) syncs the WAL
+//! at checkpoints only: still safe against a killed process, but an OS crash
+//! or power loss may lose the last acknowledged commits (never corrupting the
+//! file).
 //!
 //! Retention and counts: ended jobs past the retention are purged in batches by
 //! a task of the store ([`crate::retention`]); `/stats` counts live jobs from
@@ -38,7 +41,7 @@ use sqlx::{Connection, SqliteConnection, SqlitePool};
 use self::checkpoint::Checkpointer;
 use self::dialect::SqliteDialect;
 use self::rows::{job_columns, live_states, number, sql_count, state, JobRow, LogEntryRow};
-use crate::options::StoreOptions;
+use crate::options::{SqliteSync, StoreOptions};
 use crate::retention::RetentionTask;
 use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
 use crate::writer::{host_name, GroupCommitWriter};
@@ -150,15 +153,34 @@ impl SqliteStore {
         self.writer.commits()
     }
 
+    /// Reads back when the database syncs its commits, as SQLite applied it
+    /// (every connection of the store is opened with the same setting).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database cannot be read, or runs
+    /// with a setting the store never asks for.
+    pub async fn sqlite_sync(&self) -> Result<SqliteSync, StoreError> {
+        let level: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&self.checkpoint_pool).await.map_err(unavailable)?;
+        match level {
+            2 => Ok(SqliteSync::Full),
+            1 => Ok(SqliteSync::Normal),
+            other => Err(unavailable(std::io::Error::other(format!("unexpected PRAGMA synchronous = {other}")))),
+        }
+    }
+
     async fn connect(
         options: SqliteConnectOptions,
         node: String,
         store_options: StoreOptions,
     ) -> Result<SqliteStore, StoreError> {
         create_parent_dir(options.get_filename()).await?;
+        let synchronous = match store_options.sqlite_sync {
+            SqliteSync::Full => SqliteSynchronous::Full,
+            SqliteSync::Normal => SqliteSynchronous::Normal,
+        };
         let options = options
             .create_if_missing(true)
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(synchronous)
             .busy_timeout(BUSY_TIMEOUT)
             // Sorting and `IN` lists use in-memory scratch tables, not a temp file per statement.
             .pragma("temp_store", "memory")
