@@ -8,9 +8,9 @@ use delayq_ha::{Leadership, Standalone, ZkConfig, ZookeeperLeadership};
 use tokio_util::sync::CancellationToken;
 
 use crate::node::NodeIdentity;
+use delayq_config::SqliteSynchronous;
 use delayq_queue::redis::{RedisScheduler, RedisSchedulerOptions};
 use delayq_queue::{MemoryScheduler, Scheduler};
-use delayq_config::SqliteSynchronous;
 use delayq_store::{JobStore, MysqlStore, SqliteStore, SqliteSync, StoreOptions};
 
 /// Opens the durable store: the configured database, else SQLite in the data directory.

@@ -9,10 +9,10 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let answer = match command {
         ClientCommand::Push { server, topic, body, delay, id } => {
-            let mut job = json!({"topic": topic, "body": body, "delay": delay});
-            if let Some(id) = id {
-                job["id"] = Value::String(id);
-            }
+            let job = match id {
+                Some(id) => json!({"topic": topic, "body": body, "delay": delay, "id": id}),
+                None => json!({"topic": topic, "body": body, "delay": delay}),
+            };
             send(authorized(http.post(url(&server, "/push")), &server).json(&job)).await?
         }
         ClientCommand::Pop { server, topic, count, timeout } => {
@@ -33,8 +33,8 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Stats { server } => send(authorized(http.get(url(&server, "/stats")), &server)).await?,
     };
     println!("{}", serde_json::to_string_pretty(&answer)?);
-    if answer["success"] != Value::Bool(true) {
-        bail!("the server refused: {}", answer["message"]);
+    if answer.get("success") != Some(&Value::Bool(true)) {
+        bail!("the server refused: {}", answer.get("message").unwrap_or(&Value::Null));
     }
     Ok(())
 }

@@ -13,6 +13,12 @@
 //! - `node`: this node's name and snowflake worker id.
 //! - `client`: the client subcommands.
 
+// Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
+)]
+
 mod backends;
 mod cli;
 mod client;

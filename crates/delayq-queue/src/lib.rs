@@ -14,6 +14,12 @@
 //! - [`metrics`]: the metric names.
 //! - `testsuite` (feature `testsuite`): the conformance suite every backend runs.
 
+// Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
+)]
+
 pub mod error;
 pub mod failpoint;
 mod id_locks;
@@ -24,6 +30,14 @@ pub mod redis;
 pub mod scheduler;
 pub mod service;
 #[cfg(feature = "testsuite")]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable,
+    reason = "the conformance suite is test code: a failed expectation is a failed test"
+)]
 pub mod testsuite;
 pub mod timer;
 

@@ -316,7 +316,7 @@ impl DelayQueue {
         let mut pushed = 0;
         let mut failure: Option<QueueError> = None;
         for (slot, refused) in stored.refused {
-            outcomes[slot] = Err(refused);
+            set_outcome(&mut outcomes, slot, Err(refused));
         }
         let mut unscheduled: Vec<usize> = Vec::new();
         for (accepted_slots, result) in scheduled {
@@ -332,7 +332,7 @@ impl DelayQueue {
                         };
                         match outcome {
                             Ok(()) => pushed += 1,
-                            Err(error) => outcomes[slot] = Err(error),
+                            Err(error) => set_outcome(&mut outcomes, slot, Err(error)),
                         }
                     }
                 }
@@ -352,7 +352,7 @@ impl DelayQueue {
         if let Some(error) = failure {
             fail_slots(&mut outcomes, &unscheduled, &error);
             // Slices never tried share the failure that stopped the batch.
-            for (_, slice_slots) in &slices[stored.tried..] {
+            for (_, slice_slots) in slices.get(stored.tried..).unwrap_or_default() {
                 fail_slots(&mut outcomes, slice_slots, &error);
             }
             if pushed == 0 {
@@ -934,7 +934,14 @@ fn slot_job(slots: &[usize], slot: usize) -> usize {
 /// Gives each job of a batch at `slots` its own copy of the failure that kept it out.
 fn fail_slots(outcomes: &mut [QueueResult<Pushed>], slots: &[usize], error: &QueueError) {
     for &slot in slots {
-        outcomes[slot] = Err(error.unavailable_copy());
+        set_outcome(outcomes, slot, Err(error.unavailable_copy()));
+    }
+}
+
+/// Sets the outcome of the batch entry at `slot` (slots are positions in the batch).
+fn set_outcome(outcomes: &mut [QueueResult<Pushed>], slot: usize, outcome: QueueResult<Pushed>) {
+    if let Some(place) = outcomes.get_mut(slot) {
+        *place = outcome;
     }
 }
 

@@ -13,6 +13,12 @@
 //!   transaction per batch of queued writes).
 //! - `testsuite` (feature `testsuite`): the conformance suite every backend runs.
 
+// Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
+)]
+
 pub mod metrics;
 pub mod mysql;
 pub mod options;
@@ -20,6 +26,14 @@ mod retention;
 pub mod sqlite;
 pub mod store;
 #[cfg(feature = "testsuite")]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable,
+    reason = "the conformance suite is test code: a failed expectation is a failed test"
+)]
 pub mod testsuite;
 mod writer;
 

@@ -307,9 +307,10 @@ impl Engine {
     fn insert_filed(&mut self, job: Job, reserved_until: Option<Timestamp>) {
         let id = job.id.clone();
         let entry = Some(Entry { job, due: None, ready: None });
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot] = entry;
+        let reused = self.free.pop().and_then(|slot| Some((slot, self.slots.get_mut(slot)?)));
+        let slot = match reused {
+            Some((slot, place)) => {
+                *place = entry;
                 slot
             }
             None => {

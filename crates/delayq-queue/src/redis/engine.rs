@@ -92,6 +92,7 @@ impl Engine {
     }
 
     /// Returns the shard of `id`.
+    #[allow(clippy::indexing_slicing, reason = "`keys::shard_of` is below the shard count, which is at least 1")]
     pub(super) fn shard_of(&self, id: &JobId) -> &ShardKeys {
         &self.shards[keys::shard_of(id, self.shards.len())]
     }
@@ -180,6 +181,7 @@ impl Engine {
         Ok(())
     }
 
+    #[allow(clippy::indexing_slicing, reason = "`topic_codes` has one map per shard, in the order of `shards`")]
     fn codes_of(&self, shard: &ShardKeys) -> MutexGuard<'_, HashMap<String, u64>> {
         self.topic_codes[shard.index].lock().unwrap_or_else(PoisonError::into_inner)
     }

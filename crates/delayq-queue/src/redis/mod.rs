@@ -187,27 +187,19 @@ impl Scheduler for RedisScheduler {
 
     async fn restore_batch(&self, jobs: &[Job]) -> QueueResult<Vec<bool>> {
         let now = Timestamp::now();
-        let shards = self.engine.shards.len();
-        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
-        for (position, job) in jobs.iter().enumerate() {
-            if !job.state.is_terminal() {
-                by_shard[keys::shard_of(&job.id, shards)].push(position);
-            }
-        }
-        let calls: Vec<(usize, &[usize])> = by_shard
-            .iter()
-            .enumerate()
-            .flat_map(|(shard, positions)| positions.chunks(SCHEDULE_CHUNK).map(move |chunk| (shard, chunk)))
-            .collect();
-        let replies = try_join_all(calls.iter().map(|&(shard, chunk)| {
-            let chunk_jobs: Vec<&Job> = chunk.iter().map(|&position| &jobs[position]).collect();
-            async move { self.engine.restore(&self.engine.shards[shard], &chunk_jobs, now).await }
+        let live = jobs.iter().enumerate().filter(|(_, job)| !job.state.is_terminal()).map(|(at, job)| (at, &job.id));
+        let calls = chunks_by_shard(&self.engine, live, SCHEDULE_CHUNK);
+        let replies = try_join_all(calls.iter().map(|(shard, positions)| {
+            let chunk_jobs: Vec<&Job> = positions.iter().filter_map(|&position| jobs.get(position)).collect();
+            async move { self.engine.restore(shard, &chunk_jobs, now).await }
         }))
         .await?;
         let mut added = vec![false; jobs.len()];
-        for ((_, chunk), reply) in calls.iter().zip(replies) {
-            for (&position, was_added) in chunk.iter().zip(reply) {
-                added[position] = was_added;
+        for ((_, positions), reply) in calls.iter().zip(replies) {
+            for (&position, was_added) in positions.iter().zip(reply) {
+                if let Some(slot) = added.get_mut(position) {
+                    *slot = was_added;
+                }
             }
         }
         Ok(added)
@@ -283,25 +275,27 @@ impl Scheduler for RedisScheduler {
         let mut promotion = Promotion::default();
         // Shards known to be due (all of them on a sweep) share the batch; a
         // later round gives what is left of it to the shards still due.
-        let mut targets: Vec<usize> =
-            (0..known_due.len()).filter(|&shard| sweep || known_due[shard] <= now_ms).collect();
+        let due_at = |known_due: &[u64], shard: usize| known_due.get(shard).copied().unwrap_or(u64::MAX);
+        let mut targets: Vec<&ShardKeys> =
+            engine.shards.iter().filter(|shard| sweep || due_at(&known_due, shard.index) <= now_ms).collect();
         for _ in 0..MAX_PROMOTE_ROUNDS {
             if targets.is_empty() {
                 break;
             }
             let budget = max_batch - promotion.changed.len();
             let limits = split_batch(budget, targets.len(), engine.next_start());
-            let rounds =
-                targets.iter().zip(limits).map(|(&shard, limit)| engine.promote(&engine.shards[shard], now, limit));
+            let rounds = targets.iter().zip(limits).map(|(&shard, limit)| engine.promote(shard, now, limit));
             for (&shard, (changed, next_due)) in targets.iter().zip(try_join_all(rounds).await?) {
                 promotion.changed.extend(changed);
-                engine.signals.settle_shard_due(shard, known_due[shard], next_due);
-                known_due[shard] = next_due.unwrap_or(u64::MAX);
+                if let Some(known) = known_due.get_mut(shard.index) {
+                    engine.signals.settle_shard_due(shard.index, *known, next_due);
+                    *known = next_due.unwrap_or(u64::MAX);
+                }
             }
             if promotion.changed.len() >= max_batch {
                 break;
             }
-            targets = (0..known_due.len()).filter(|&shard| known_due[shard] <= now_ms).collect();
+            targets = engine.shards.iter().filter(|shard| due_at(&known_due, shard.index) <= now_ms).collect();
         }
         let earliest = known_due.into_iter().min().filter(|&due| due != u64::MAX);
         promotion.next_due = earliest.map(Timestamp::from_millis);
@@ -328,7 +322,10 @@ impl Scheduler for RedisScheduler {
                 Some(b'x') => 2,
                 _ => continue,
             };
-            per_topic.entry(field[1..].to_owned()).or_default()[slot] += count.parse::<u64>().unwrap_or(0);
+            let (Some(name), Ok(count)) = (field.get(1..), count.parse::<u64>()) else { continue };
+            if let Some(total) = per_topic.entry(name.to_owned()).or_default().get_mut(slot) {
+                *total += count;
+            }
         }
         Ok(per_topic
             .into_iter()
@@ -404,7 +401,7 @@ fn send_removals<'a>(
 fn send_gets<'a>(engine: &'a Engine, ids: &'a [JobId]) -> BoxFuture<'a, QueueResult<Vec<QueueResult<Option<Job>>>>> {
     Box::pin(async move {
         let outcomes = call_by_shard(engine, ids.iter(), GET_CHUNK, |shard, chunk| {
-            let chunk_ids: Vec<&JobId> = chunk.iter().map(|&position| &ids[position]).collect();
+            let chunk_ids: Vec<&JobId> = chunk.iter().filter_map(|&position| ids.get(position)).collect();
             async move { Ok(engine.get(shard, &chunk_ids).await?.into_iter().map(Ok).collect()) }
         });
         Ok(outcomes.await)
@@ -415,7 +412,7 @@ fn send_gets<'a>(engine: &'a Engine, ids: &'a [JobId]) -> BoxFuture<'a, QueueRes
 async fn remove_jobs(engine: &Engine, removals: &[(JobId, Removal)]) -> QueueResult<Vec<QueueResult<Job>>> {
     let outcomes = call_by_shard(engine, removals.iter().map(|(id, _)| id), REMOVE_CHUNK, |shard, chunk| {
         let chunk_removals: Vec<(&JobId, Removal)> =
-            chunk.iter().map(|&position| (&removals[position].0, removals[position].1)).collect();
+            chunk.iter().filter_map(|&position| removals.get(position)).map(|(id, removal)| (id, *removal)).collect();
         async move { engine.remove(shard, &chunk_removals).await }
     });
     Ok(outcomes.await)
@@ -434,36 +431,48 @@ where
     Call: Fn(&'a ShardKeys, &[usize]) -> Reply,
     Reply: std::future::Future<Output = QueueResult<Vec<QueueResult<T>>>>,
 {
-    let shards = engine.shards.len();
-    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
     let mut count = 0;
-    for (position, id) in ids.enumerate() {
-        by_shard[keys::shard_of(id, shards)].push(position);
-        count = position + 1;
-    }
-    let calls: Vec<(usize, &[usize])> = by_shard
-        .iter()
-        .enumerate()
-        .flat_map(|(shard, positions)| positions.chunks(chunk).map(move |positions| (shard, positions)))
-        .collect();
-    let replies = join_all(calls.iter().map(|&(shard, positions)| call(&engine.shards[shard], positions))).await;
+    let calls = chunks_by_shard(engine, ids.enumerate().inspect(|&(position, _)| count = position + 1), chunk);
+    let replies = join_all(calls.iter().map(|(shard, positions)| call(shard, positions))).await;
     let mut outcomes: Vec<Option<QueueResult<T>>> = (0..count).map(|_| None).collect();
     for ((_, positions), reply) in calls.iter().zip(replies) {
-        match reply {
+        let outcomes_of_call: Vec<QueueResult<T>> = match reply {
             // The engine checked that the reply has one outcome per job.
-            Ok(replies) => {
-                for (&position, outcome) in positions.iter().zip(replies) {
-                    outcomes[position] = Some(outcome);
-                }
-            }
-            Err(error) => {
-                for &position in positions.iter() {
-                    outcomes[position] = Some(Err(error.unavailable_copy()));
-                }
+            Ok(replies) => replies,
+            Err(error) => positions.iter().map(|_| Err(error.unavailable_copy())).collect(),
+        };
+        for (&position, outcome) in positions.iter().zip(outcomes_of_call) {
+            if let Some(slot) = outcomes.get_mut(position) {
+                *slot = Some(outcome);
             }
         }
     }
     outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Err(unavailable(CodecError("reply"))))).collect()
+}
+
+/// Groups the positions of `ids` by the shard of each id, in chunks of at most
+/// `chunk` positions, in shard order.
+fn chunks_by_shard<'e, 'i>(
+    engine: &'e Engine,
+    ids: impl Iterator<Item = (usize, &'i JobId)>,
+    chunk: usize,
+) -> Vec<(&'e ShardKeys, Vec<usize>)> {
+    let shards = engine.shards.len();
+    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
+    for (position, id) in ids {
+        // `shard_of` is below `shards`, so every position finds its shard.
+        if let Some(positions) = by_shard.get_mut(keys::shard_of(id, shards)) {
+            positions.push(position);
+        }
+    }
+    engine
+        .shards
+        .iter()
+        .zip(by_shard)
+        .flat_map(|(shard, positions)| {
+            positions.chunks(chunk.max(1)).map(|positions| (shard, positions.to_vec())).collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Adds new jobs, one script call per shard (and chunk); each job judged alone.
@@ -471,7 +480,7 @@ async fn schedule_jobs(engine: &Engine, jobs: &[Job]) -> QueueResult<Vec<QueueRe
     let now = Timestamp::now();
     let outcomes =
         call_by_shard(engine, jobs.iter().map(|job| &job.id), SCHEDULE_CHUNK, |shard, chunk| {
-            let chunk_jobs: Vec<&Job> = chunk.iter().map(|&position| &jobs[position]).collect();
+            let chunk_jobs: Vec<&Job> = chunk.iter().filter_map(|&position| jobs.get(position)).collect();
             async move {
                 let added = engine.schedule(shard, &chunk_jobs, now).await?;
                 Ok(chunk_jobs

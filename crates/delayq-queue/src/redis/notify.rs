@@ -192,7 +192,7 @@ impl TopicSignal {
         let shards = self.hints.len();
         (0..shards)
             .map(|step| (start + step) % shards)
-            .filter(|&shard| self.hints[shard].swap(false, Ordering::AcqRel))
+            .filter(|&shard| self.hints.get(shard).is_some_and(|flag| flag.swap(false, Ordering::AcqRel)))
             .collect()
     }
 
@@ -243,7 +243,10 @@ pub(super) async fn run_subscriber(
     let mut first = Some(first);
     let mut failures = 0u32;
     for attempt in 0usize.. {
-        let client = &clients[attempt % clients.len()];
+        let Some(client) = clients.get(attempt % clients.len().max(1)) else {
+            warn!("no redis node to subscribe to");
+            return;
+        };
         match tokio::time::timeout(timeout, subscribe(client, &channels)).await {
             Ok(Ok((sink, stream))) => {
                 if failures > 0 {

@@ -112,7 +112,10 @@ impl Engine {
                 // It holds ready jobs, just not among the most urgent.
                 return Ok((Vec::new(), 1));
             }
-            self.reserve(&self.shards[shard], topic, take).await
+            match self.shards.get(shard) {
+                Some(keys) => self.reserve(keys, topic, take).await,
+                None => Ok((Vec::new(), 0)),
+            }
         }))
         .await;
         let mut failure = None;
@@ -136,8 +139,13 @@ impl Engine {
     /// Reads the first `count` ready scores of each shard and returns how many
     /// jobs to pop from each shard that has any, most urgent shard first.
     async fn plan_pops(&self, topic: &Topic, shards: &[usize], count: usize) -> QueueResult<Vec<(usize, usize)>> {
-        let heads =
-            try_join_all(shards.iter().map(|&shard| self.peek_ready(&self.shards[shard], topic, count))).await?;
+        let heads = try_join_all(shards.iter().map(|&shard| async move {
+            match self.shards.get(shard) {
+                Some(keys) => self.peek_ready(keys, topic, count).await,
+                None => Ok(Vec::new()),
+            }
+        }))
+        .await?;
         let mut scores: Vec<(u64, usize)> = Vec::new();
         for (position, head) in heads.iter().enumerate() {
             scores.extend(head.iter().map(|&score| (score, position)));
@@ -145,7 +153,9 @@ impl Engine {
         scores.sort_unstable();
         let mut takes = vec![0usize; shards.len()];
         for &(_, position) in scores.iter().take(count) {
-            takes[position] += 1;
+            if let Some(take) = takes.get_mut(position) {
+                *take += 1;
+            }
         }
         let mut plan: Vec<(u64, usize, usize)> = heads
             .iter()

@@ -123,7 +123,7 @@ impl MysqlDialect {
             let (chunk, after) = rest.split_at(rows);
             rest = after;
             if rows > 1 {
-                let mut insert = sqlx::query(&self.insert_jobs_sql[level]);
+                let mut insert = sqlx::query(statement(&self.insert_jobs_sql, level)?);
                 for job in chunk {
                     insert = bind_job(insert, job);
                 }
@@ -153,7 +153,7 @@ impl MysqlDialect {
         if let Err(too_large) = self.check_fits_packet(job) {
             return Ok(Err(too_large));
         }
-        let insert = bind_job(sqlx::query(&self.insert_jobs_sql[CHUNK_SIZES.len() - 1]), job);
+        let insert = bind_job(sqlx::query(statement(&self.insert_jobs_sql, CHUNK_SIZES.len() - 1)?), job);
         match within(insert.execute(&mut tx.connection)).await {
             Ok(_) => {
                 tx.count(job.topic.as_str(), job.state, 1);
@@ -313,10 +313,13 @@ impl BatchDialect for MysqlDialect {
     async fn append_log(&self, tx: &mut Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
         let mut rest = log;
         while !rest.is_empty() {
-            let level = CHUNK_SIZES.iter().position(|&size| size <= rest.len()).unwrap_or(CHUNK_SIZES.len() - 1);
-            let (chunk, after) = rest.split_at(CHUNK_SIZES[level].min(rest.len()));
+            // The last size is 1, which every non-empty rest fills.
+            let Some((level, &size)) = CHUNK_SIZES.iter().enumerate().find(|&(_, &size)| size <= rest.len()) else {
+                break;
+            };
+            let (chunk, after) = rest.split_at(size);
             rest = after;
-            let mut insert = sqlx::query(&self.insert_log_sql[level]);
+            let mut insert = sqlx::query(statement(&self.insert_log_sql, level)?);
             for row in chunk {
                 insert = insert
                     .bind(row.job_id.as_str())
@@ -367,6 +370,11 @@ impl BatchDialect for MysqlDialect {
     fn is_retryable(&self, error: &BoxError) -> bool {
         is_lock_conflict(error)
     }
+}
+
+/// Returns the statement built for `CHUNK_SIZES[level]` rows.
+fn statement(statements: &[String], level: usize) -> Result<&str, BoxError> {
+    statements.get(level).map(String::as_str).ok_or_else(|| format!("no statement for chunk level {level}").into())
 }
 
 /// Returns the index in [`CHUNK_SIZES`] and the row count of the next chunk of

@@ -196,9 +196,11 @@ fn collapse<'c>(changes: &[&'c StateChange]) -> (Vec<&'c StateChange>, Vec<Optio
             }
             Some(decided) if decided.ended => slots.push(None),
             Some(decided) => {
-                if ends || rank(change) >= rank(decisive[decided.index]) {
-                    decisive[decided.index] = change;
-                    decided.ended = ends;
+                if let Some(current) = decisive.get_mut(decided.index) {
+                    if ends || rank(change) >= rank(current) {
+                        *current = change;
+                        decided.ended = ends;
+                    }
                 }
                 slots.push(Some(decided.index));
             }
@@ -379,9 +381,9 @@ impl BatchDialect for SqliteDialect {
                 let changed: Vec<String> = update.build_query_scalar().fetch_all(tx.connection()).await?;
                 changed.into_iter().collect()
             };
-            applied.extend(
-                slots.into_iter().map(|slot| slot.is_some_and(|index| changed.contains(decisive[index].id.as_str()))),
-            );
+            applied.extend(slots.into_iter().map(|slot| {
+                slot.and_then(|index| decisive.get(index)).is_some_and(|change| changed.contains(change.id.as_str()))
+            }));
         }
         Ok(applied)
     }

@@ -160,7 +160,8 @@ impl SqliteStore {
     /// [`StoreError::Unavailable`] when the database cannot be read, or runs
     /// with a setting the store never asks for.
     pub async fn sqlite_sync(&self) -> Result<SqliteSync, StoreError> {
-        let level: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&self.checkpoint_pool).await.map_err(unavailable)?;
+        let level: i64 =
+            sqlx::query_scalar("PRAGMA synchronous").fetch_one(&self.checkpoint_pool).await.map_err(unavailable)?;
         match level {
             2 => Ok(SqliteSync::Full),
             1 => Ok(SqliteSync::Normal),
