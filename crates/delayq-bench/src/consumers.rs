@@ -1,6 +1,11 @@
 //! The consumer side of the lateness and burst workloads: C long-polling pop slots
-//! (`/pop` or gRPC `Pop`) that stamp each receipt at once and hand the ack to a
-//! small pool of finishers, so acknowledging never delays the next pop.
+//! (`/pop` or gRPC `Pop`) that stamp each receipt at once and then acknowledge it.
+//!
+//! By default a slot finishes every job it received, one after another, before
+//! it pops again (WORKLOADS.md step 6, as a real worker does): a slow `/finish`
+//! holds its slot back and shows up as lateness. With `--finish-concurrency` the
+//! acks go to a separate pool of finishers instead, so acknowledging never
+//! delays the next pop; that measures delivery alone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -192,8 +197,9 @@ pub(crate) struct ConsumerSettings {
     pub(crate) consumer: Consumer,
     /// Concurrent pop slots.
     pub(crate) concurrency: usize,
-    /// Concurrent finish slots.
-    pub(crate) finish_concurrency: usize,
+    /// Concurrent finish slots of a separate finisher pool; `None`: every
+    /// slot finishes its own jobs before it pops again.
+    pub(crate) finish_concurrency: Option<usize>,
     /// The pop long-poll timeout in ms.
     pub(crate) pop_timeout_ms: u64,
     /// How long to wait after every slot issued its first pop before pushing.
@@ -215,11 +221,11 @@ impl ConsumerPool {
     /// Returns a failure of opening the connections.
     pub(crate) async fn start(settings: &ConsumerSettings, log: Arc<ReceiptLog>) -> BenchResult<ConsumerPool> {
         if let Consumer::Http { client, .. } = &settings.consumer {
-            client.open_connections(settings.concurrency + settings.finish_concurrency).await?;
+            client.open_connections(settings.concurrency + settings.finish_concurrency.unwrap_or(0)).await?;
         }
         let mut finishers = JoinSet::new();
         let mut finish_queues = Vec::new();
-        for _ in 0..settings.finish_concurrency.max(1) {
+        for _ in 0..settings.finish_concurrency.map_or(0, |slots| slots.max(1)) {
             let (sender, receiver) = unbounded_channel();
             finish_queues.push(sender);
             finishers.spawn(finish_slot(settings.consumer.clone(), receiver, Arc::clone(&log)));
@@ -273,6 +279,7 @@ async fn drain(tasks: &mut JoinSet<()>) {
 struct ConsumerSlot {
     consumer: Consumer,
     log: Arc<ReceiptLog>,
+    /// The finishers' queues; empty when the slot finishes its own jobs.
     finish_queues: Vec<UnboundedSender<String>>,
     next_queue: usize,
 }
@@ -295,7 +302,11 @@ impl ConsumerSlot {
                 self.log.record(job, received_ms);
             }
             for job in jobs {
-                self.hand_to_finisher(job.id);
+                if self.finish_queues.is_empty() {
+                    finish_one(&self.consumer, job.id, &self.log).await;
+                } else {
+                    self.hand_to_finisher(job.id);
+                }
             }
         }
     }
@@ -312,14 +323,18 @@ impl ConsumerSlot {
 
 async fn finish_slot(consumer: Consumer, mut queue: UnboundedReceiver<String>, log: Arc<ReceiptLog>) {
     while let Some(job_id) = queue.recv().await {
-        match consumer.finish(job_id).await {
-            Ok(true) => {
-                log.finished.fetch_add(1, Ordering::Relaxed);
-                log.last_finish_ms.fetch_max(now_ms(), Ordering::Relaxed);
-            }
-            _ => {
-                log.finish_errors.fetch_add(1, Ordering::Relaxed);
-            }
+        finish_one(&consumer, job_id, &log).await;
+    }
+}
+
+async fn finish_one(consumer: &Consumer, job_id: String, log: &ReceiptLog) {
+    match consumer.finish(job_id).await {
+        Ok(true) => {
+            log.finished.fetch_add(1, Ordering::Relaxed);
+            log.last_finish_ms.fetch_max(now_ms(), Ordering::Relaxed);
+        }
+        _ => {
+            log.finish_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -30,8 +30,9 @@ pub(crate) struct ConsumerArgs {
     /// Long-poll timeout of each pop in ms (0–30000).
     #[arg(long, default_value_t = 1000)]
     pub(crate) pop_timeout_ms: u64,
-    /// Concurrent `/finish` slots acknowledging received jobs (default: `--concurrency`,
-    /// one ack in flight per receive slot, as a consumer that acks at once would have).
+    /// Acknowledge on a separate pool of this many `/finish` slots, so a pop
+    /// never waits for an ack. Unset (the default, WORKLOADS.md step 6): each
+    /// receive slot finishes the jobs it got, one after another, before it pops again.
     #[arg(long)]
     pub(crate) finish_concurrency: Option<usize>,
     /// Pause after every consumer issued its first pop, before pushing.
@@ -43,11 +44,6 @@ pub(crate) struct ConsumerArgs {
 }
 
 impl ConsumerArgs {
-    /// Returns the number of finish slots.
-    pub(crate) fn finish_slots(&self) -> usize {
-        self.finish_concurrency.unwrap_or(self.concurrency)
-    }
-
     /// Returns the consumer settings for `topic` on `server`, reached over `transport`.
     ///
     /// # Errors
@@ -68,7 +64,7 @@ impl ConsumerArgs {
                 Consumer::Grpc { client, pop }
             }
             None => {
-                let client = BenchClient::new(server, self.concurrency + self.finish_slots())?;
+                let client = BenchClient::new(server, self.concurrency + self.finish_concurrency.unwrap_or(0))?;
                 let pop_url =
                     client.url(&format!("/pop?topic={topic}&count={}&timeout={}", self.pop_count, self.pop_timeout_ms));
                 Consumer::Http { client, pop_url }
@@ -77,7 +73,7 @@ impl ConsumerArgs {
         Ok(ConsumerSettings {
             consumer,
             concurrency: self.concurrency,
-            finish_concurrency: self.finish_slots(),
+            finish_concurrency: self.finish_concurrency,
             pop_timeout_ms: self.pop_timeout_ms,
             settle_ms: self.settle_ms,
         })
