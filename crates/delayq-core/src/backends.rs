@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::node::NodeIdentity;
 use delayq_config::SqliteSynchronous;
-use delayq_queue::redis::{RedisScheduler, RedisSchedulerOptions};
+use delayq_queue::redis::{JoinError, NodeRegistry, NodeRegistryOptions, RedisScheduler, RedisSchedulerOptions};
 use delayq_queue::{MemoryScheduler, Scheduler};
-use delayq_store::{JobStore, MysqlStore, SqliteStore, SqliteSync, StoreOptions};
+use delayq_store::{JobStore, MysqlStore, SqliteStore, SqliteSync, StoreId, StoreOptions};
 
 /// Opens the durable store: the configured database, else SQLite in the data directory.
 pub(crate) async fn build_store(config: &Config, node: &str) -> anyhow::Result<Arc<dyn JobStore>> {
@@ -42,20 +42,45 @@ pub(crate) async fn build_store(config: &Config, node: &str) -> anyhow::Result<A
     }
 }
 
-/// Builds the scheduler: Redis when configured, else in-process.
-pub(crate) async fn build_scheduler(config: &Config) -> anyhow::Result<Arc<dyn Scheduler>> {
-    match config.scheduler.redis_url.as_deref() {
-        None => Ok(Arc::new(MemoryScheduler::new())),
-        Some(urls) => {
-            let options = RedisSchedulerOptions {
-                prefix: config.scheduler.redis_prefix.clone(),
-                shards: config.scheduler.redis_shards,
-                ..RedisSchedulerOptions::default()
-            };
-            let scheduler = RedisScheduler::connect(urls, options).await.context("failed to connect to redis")?;
-            Ok(Arc::new(scheduler))
-        }
+/// The scheduler, and on Redis this node's entry in the registry of its prefix.
+pub(crate) struct SchedulerBackend {
+    pub(crate) scheduler: Arc<dyn Scheduler>,
+    /// Joined already; its heartbeat is the caller's to run.
+    pub(crate) node_registry: Option<Arc<NodeRegistry>>,
+}
+
+/// Builds the scheduler: Redis when configured, else in-process. On Redis the
+/// node joins the registry of its prefix, which refuses it when another live
+/// node there writes to another store.
+pub(crate) async fn build_scheduler(
+    config: &Config,
+    node: &str,
+    store_id: &StoreId,
+) -> anyhow::Result<SchedulerBackend> {
+    let Some(urls) = config.scheduler.redis_url.as_deref() else {
+        return Ok(SchedulerBackend { scheduler: Arc::new(MemoryScheduler::new()), node_registry: None });
+    };
+    let options = RedisSchedulerOptions {
+        prefix: config.scheduler.redis_prefix.clone(),
+        shards: config.scheduler.redis_shards,
+        ..RedisSchedulerOptions::default()
+    };
+    let scheduler = RedisScheduler::connect(urls, options).await.context("failed to connect to redis")?;
+    let registry_options = NodeRegistryOptions::default();
+    let registry = scheduler.node_registry(node, store_id, registry_options);
+    match registry.join().await {
+        Ok(()) => {}
+        Err(JoinError::ForeignStore(foreign)) => anyhow::bail!(
+            "another delayq node ({}) on redis prefix {:?} uses a different store; every node sharing a redis \
+             prefix must share the database: set DELAYQ_DATABASE_URL (store.database_url) to the same MySQL/MariaDB \
+             database on every node (a node that stopped without shutting down counts for {} s after its last heartbeat)",
+            foreign.name,
+            config.scheduler.redis_prefix,
+            registry_options.expiry.as_secs(),
+        ),
+        Err(JoinError::Queue(error)) => return Err(error).context("failed to join the node registry in redis"),
     }
+    Ok(SchedulerBackend { scheduler: Arc::new(scheduler), node_registry: Some(Arc::new(registry)) })
 }
 
 /// Joins the ZooKeeper election when configured, else runs standalone.

@@ -1,6 +1,7 @@
 //! `delayq serve`: wiring and graceful shutdown.
 //!
-//! Start: config, store, scheduler, restore from the store, timer, listeners.
+//! Start: config, store, scheduler (on Redis, joining the registry of nodes
+//! that share the prefix), restore from the store, timer, listeners.
 //! Stop (SIGINT/SIGTERM): the root token is cancelled, the listeners stop
 //! accepting and drain, the timer stops, the journal is flushed and the
 //! store closed, all under the configured deadline.
@@ -20,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
 
-use crate::backends::{build_leadership, build_scheduler, build_store};
+use crate::backends::{build_leadership, build_scheduler, build_store, SchedulerBackend};
 use crate::node::NodeIdentity;
 use crate::{forward, leader};
 
@@ -34,7 +35,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let routes = forward::build_routes(&config)?;
     let leadership = build_leadership(&config, &node, root.child_token()).await?;
     let store = build_store(&config, &node.name).await?;
-    let scheduler = build_scheduler(&config).await?;
+    // Joins the node registry before anything reads the store into the scheduler.
+    let SchedulerBackend { scheduler, node_registry } = build_scheduler(&config, &node.name, store.store_id()).await?;
     let settings = QueueSettings {
         limits: config.limits.job_limits(),
         defaults: config.jobs.job_defaults(),
@@ -55,6 +57,9 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     }
 
     let tasks = TaskTracker::new();
+    if let Some(node_registry) = node_registry {
+        tasks.spawn(node_registry.run_heartbeat(root.child_token()));
+    }
     tasks.spawn(leader::supervise(Arc::clone(&leadership), Arc::clone(&queue), routes, root.child_token()));
 
     let listener = TcpListener::bind(&config.server.http_addr)

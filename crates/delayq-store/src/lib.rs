@@ -4,6 +4,7 @@
 //!
 //! Layout:
 //! - [`store`]: the [`JobStore`] trait, its errors and record types.
+//! - [`identity`]: [`StoreId`], the identity of a store's database.
 //! - [`sqlite`]: the SQLite backend (embedded deployment).
 //! - [`mysql`]: the MySQL / MariaDB backend (distributed deployment).
 //! - [`metrics`]: the names of the writer's Prometheus metrics.
@@ -19,6 +20,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
 )]
 
+pub mod identity;
 pub mod metrics;
 pub mod mysql;
 pub mod options;
@@ -37,6 +39,7 @@ pub mod store;
 pub mod testsuite;
 mod writer;
 
+pub use identity::StoreId;
 pub use mysql::MysqlStore;
 pub use options::{SqliteSync, StoreOptions};
 pub use sqlite::SqliteStore;

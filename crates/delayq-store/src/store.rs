@@ -5,6 +5,8 @@ use std::error::Error as StdError;
 use async_trait::async_trait;
 use delayq_common::{ErrorKind, Job, JobId, JobState, Timestamp, Topic};
 
+use crate::identity::StoreId;
+
 /// A boxed error from a driver, kept as the source of [`StoreError::Unavailable`].
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
@@ -135,6 +137,12 @@ pub struct StateCount {
 pub trait JobStore: Send + Sync + 'static {
     /// Returns the backend name (`sqlite`, `mysql`).
     fn backend(&self) -> &'static str;
+
+    /// Returns the identity of the database this store writes to, read when
+    /// the store opened: every store on the same database (nodes sharing one
+    /// MySQL database, processes opening one SQLite file) reports the same id,
+    /// a store on another database another one, and it never changes.
+    fn store_id(&self) -> &StoreId;
 
     /// Inserts new jobs durably, each judged alone.
     ///

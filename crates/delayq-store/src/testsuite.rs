@@ -11,6 +11,8 @@
 //! [`check_delete_all_live`] is the exception: it deletes every live job of the
 //! database, other checks' included, so it is not in the macro. Run it on a
 //! database of its own (SQLite: a fresh file; MySQL: a dedicated schema).
+//! [`check_store_id_follows_the_database`] is not in it either: it opens
+//! several stores on one database, which each backend does its own way.
 //!
 //! `DELAYQ_TEST_REQUIRE_SERVICES=1` turns a skipped backend into a failure.
 
@@ -24,11 +26,13 @@ use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use crate::store::{JobStore, ListCursor, StateChange, StoreError};
 
 mod bounds;
+mod identity;
 mod outage;
 mod reads;
 mod writes;
 
 pub use bounds::*;
+pub use identity::*;
 pub use outage::SqliteWriteLock;
 pub use reads::*;
 pub use writes::*;

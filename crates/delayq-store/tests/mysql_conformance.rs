@@ -180,12 +180,32 @@ async fn nodes_starting_together_on_an_empty_database() {
             Err(error) => failures.push(format!("{error:?}")),
         }
     }
+    let store_ids: Vec<String> = stores.iter().map(|store| store.store_id().to_string()).collect();
     for store in &stores {
         store.close().await;
     }
     sqlx::query(&format!("DROP DATABASE `{name}`")).execute(&admin).await.expect("drop the database");
     assert!(failures.is_empty(), "every node starts: {failures:?}");
     assert_eq!(stores.len(), 4);
+    assert!(store_ids.iter().all(|id| id == &store_ids[0]), "every node reads the same store id: {store_ids:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_id_follows_the_database() {
+    let Some(url) = mysql_url() else { return };
+    let scratch = open_scratch(&url, "owner").await;
+    let other: Arc<dyn JobStore> = Arc::new(open_scratch(&url, "other").await);
+    let database = scratch_url(&url, &scratch);
+    let open = || async {
+        let store = MysqlStore::open(&database, "node".into()).await.expect("open the scratch database");
+        Arc::new(store) as Arc<dyn JobStore>
+    };
+    testsuite::check_store_id_follows_the_database(open, Arc::clone(&other)).await;
+    let reopened = open().await;
+    assert_eq!(scratch.store_id(), reopened.store_id(), "the store that created the database reads the same id");
+    reopened.close().await;
+    other.close().await;
+    scratch.close().await;
 }
 
 /// Returns the URL of the scratch database `store` works in.

@@ -24,6 +24,18 @@ async fn delete_all_live_on_a_database_of_its_own() {
 }
 
 #[tokio::test]
+async fn store_id_follows_the_database() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let open = || async {
+        let store = SqliteStore::open_in(dir.path(), "node".into()).await.expect("open");
+        Arc::new(store) as Arc<dyn JobStore>
+    };
+    let other = temp_store().await.expect("store");
+    testsuite::check_store_id_follows_the_database(open, Arc::clone(&other)).await;
+    other.close().await;
+}
+
+#[tokio::test]
 async fn a_reopened_store_sees_every_committed_write() {
     let dir = tempfile::tempdir().expect("temp dir");
     let topic = unique_topic("reopen");

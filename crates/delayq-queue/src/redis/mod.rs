@@ -30,13 +30,16 @@
 //! - `combine`: single schedules, finishes and deletes, and reads that arrive
 //!   together, sent as one script call per shard;
 //! - `reserve`: cross-shard pop and long-poll; `notify`: pub/sub signals between nodes;
-//! - `reply`: reading script replies.
+//! - `reply`: reading script replies;
+//! - `nodes`: the registry of the nodes on a prefix (`<prefix>:nodes`), which
+//!   refuses a node whose store is not the others'.
 
 mod codec;
 mod combine;
 mod connection;
 mod engine;
 mod keys;
+mod nodes;
 mod notify;
 mod reply;
 mod reserve;
@@ -58,6 +61,7 @@ use self::combine::Combiner;
 use self::connection::{unavailable, RedisConnection, TimedOut};
 use self::engine::{Engine, Removal};
 use self::keys::ShardKeys;
+pub use self::nodes::{ForeignNode, JoinError, NodeRegistry, NodeRegistryOptions};
 use self::notify::{Channels, Signals};
 use crate::error::{QueueError, QueueResult};
 use crate::scheduler::{Promotion, Scheduler, TopicStats};

@@ -38,6 +38,7 @@ pub use self::connection::ACQUIRE_TIMEOUT;
 use self::connection::{pool_options, within, WriterConnection};
 use self::dialect::MysqlDialect;
 use self::rows::{into_jobs, job_columns, number, sql_count, state, JobRow, LogEntryRow, Text};
+use crate::identity::{StoreId, STORE_ID_KEY};
 use crate::options::StoreOptions;
 use crate::retention::RetentionTask;
 use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
@@ -50,6 +51,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("../../sql/mysql");
 
 /// The job store over one MySQL or MariaDB database.
 pub struct MysqlStore {
+    store_id: StoreId,
     reader: MySqlPool,
     writer: GroupCommitWriter,
     retention: Option<RetentionTask>,
@@ -96,6 +98,7 @@ impl MysqlStore {
     ) -> Result<MysqlStore, StoreError> {
         let reader = pool_options(READ_CONNECTIONS).connect_with(options.clone()).await.map_err(unavailable)?;
         migrate(&reader).await?;
+        let store_id = shared_store_id(&reader).await?;
         let max_packet_bytes: i64 =
             within(sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS SIGNED)").fetch_one(&reader))
                 .await
@@ -105,6 +108,7 @@ impl MysqlStore {
         let writer = GroupCommitWriter::spawn(dialect, store_options.journal_max);
         let retention = RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
         Ok(MysqlStore {
+            store_id,
             reader,
             writer,
             retention,
@@ -144,10 +148,24 @@ async fn migrate(pool: &MySqlPool) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Records a new store id unless the database holds one, and returns the one
+/// it holds: nodes opening the database at once all read the first writer's.
+async fn shared_store_id(pool: &MySqlPool) -> Result<StoreId, StoreError> {
+    let generated = StoreId::generate();
+    let insert = sqlx::query(INSERT_STORE_ID).bind(STORE_ID_KEY).bind(generated.as_str());
+    within(insert.execute(pool)).await.map_err(unavailable)?;
+    let select = sqlx::query_scalar(SELECT_STORE_ID).bind(STORE_ID_KEY);
+    let Text(stored) = within(select.fetch_one(pool)).await.map_err(unavailable)?;
+    StoreId::from_stored(stored)
+}
+
 fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Unavailable { backend: BACKEND, source: Box::new(error) }
 }
 
+const INSERT_STORE_ID: &str =
+    "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON DUPLICATE KEY UPDATE meta_key = meta_key";
+const SELECT_STORE_ID: &str = "SELECT meta_value FROM store_meta WHERE meta_key = ?";
 const SELECT_JOB: &str = concat!("SELECT ", job_columns!(), " FROM job WHERE id = ?");
 /// The newest lines of a job's history, newest first.
 const SELECT_HISTORY: &str =
@@ -183,6 +201,10 @@ pub const COUNTS_QUERY: &str = "SELECT topic, status, COUNT(*) FROM job FORCE IN
 impl JobStore for MysqlStore {
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn store_id(&self) -> &StoreId {
+        &self.store_id
     }
 
     async fn insert(&self, jobs: Vec<Job>) -> Result<Vec<Result<(), StoreError>>, StoreError> {

@@ -41,6 +41,7 @@ use sqlx::{Connection, SqliteConnection, SqlitePool};
 use self::checkpoint::Checkpointer;
 use self::dialect::SqliteDialect;
 use self::rows::{job_columns, live_states, number, sql_count, state, JobRow, LogEntryRow};
+use crate::identity::{StoreId, STORE_ID_KEY};
 use crate::options::{SqliteSync, StoreOptions};
 use crate::retention::RetentionTask;
 use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
@@ -63,6 +64,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("../../sql/sqlite");
 
 /// The job store over one SQLite file.
 pub struct SqliteStore {
+    store_id: StoreId,
     reader: SqlitePool,
     writer: GroupCommitWriter,
     checkpointer: Checkpointer,
@@ -205,6 +207,7 @@ impl SqliteStore {
             .await
             .map_err(unavailable)?;
         MIGRATOR.run(&migration_pool).await.map_err(unavailable)?;
+        let store_id = shared_store_id(&migration_pool).await?;
         // The writer's own connection opens before the migration pool closes:
         // an in-memory database lives only while a connection to it is open.
         let writer_connection = SqliteConnection::connect_with(&writer_options).await.map_err(unavailable)?;
@@ -227,6 +230,7 @@ impl SqliteStore {
         let checkpointer = Checkpointer::spawn(checkpoint_pool.clone(), writer.commit_counter());
         let retention = RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
         Ok(SqliteStore {
+            store_id,
             reader,
             writer,
             checkpointer,
@@ -250,6 +254,17 @@ async fn create_parent_dir(file: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// Records a new store id unless the file holds one, and returns the one it
+/// holds: processes opening the file at once all read the first writer's.
+async fn shared_store_id(pool: &SqlitePool) -> Result<StoreId, StoreError> {
+    let generated = StoreId::generate();
+    let insert = sqlx::query(INSERT_STORE_ID).bind(STORE_ID_KEY).bind(generated.as_str());
+    insert.execute(pool).await.map_err(unavailable)?;
+    let stored: String =
+        sqlx::query_scalar(SELECT_STORE_ID).bind(STORE_ID_KEY).fetch_one(pool).await.map_err(unavailable)?;
+    StoreId::from_stored(stored)
+}
+
 fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Unavailable { backend: BACKEND, source: Box::new(error) }
 }
@@ -258,6 +273,9 @@ fn into_jobs(rows: Vec<JobRow>) -> Result<Vec<Job>, StoreError> {
     rows.into_iter().map(JobRow::into_job).collect()
 }
 
+const INSERT_STORE_ID: &str =
+    "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON CONFLICT (meta_key) DO NOTHING";
+const SELECT_STORE_ID: &str = "SELECT meta_value FROM store_meta WHERE meta_key = ?";
 const SELECT_JOB: &str = concat!("SELECT ", job_columns!(), " FROM job WHERE id = ?");
 /// The newest lines of a job's history, newest first.
 const SELECT_HISTORY: &str =
@@ -295,6 +313,10 @@ pub const COUNTS_QUERY: &str = concat!(
 impl JobStore for SqliteStore {
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn store_id(&self) -> &StoreId {
+        &self.store_id
     }
 
     async fn insert(&self, jobs: Vec<Job>) -> Result<Vec<Result<(), StoreError>>, StoreError> {
