@@ -11,6 +11,7 @@
 //! - [`job`]: the [`Job`] record and its retry arithmetic.
 //! - [`push`]: parsing and validating a push request ([`PushRequest`]).
 //! - [`error`]: [`ErrorKind`], the one classification of failures.
+//! - [`redact`]: hiding secrets (URL passwords, secret-looking keys) in what is printed.
 
 // Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
 #![cfg_attr(
@@ -22,6 +23,7 @@ pub mod error;
 pub mod job;
 pub mod name;
 pub mod push;
+pub mod redact;
 pub mod snowflake;
 pub mod state;
 pub mod time;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use delayq_common::redact;
 use serde::{Deserialize, Serialize};
 
 /// The sink types a route may name.
@@ -27,7 +28,7 @@ pub struct ForwardConfig {
 ///
 /// Keys a sink does not use are refused, so a typo or a key meant for another
 /// sink type fails the start instead of being ignored.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RouteConfig {
     /// Topic patterns; `*` matches any run of characters.
@@ -54,6 +55,36 @@ pub struct RouteConfig {
     pub timeout_ms: Option<u64>,
     /// Jobs reserved and published at a time, 1 to 100; default 100.
     pub batch: Option<usize>,
+}
+
+impl std::fmt::Debug for RouteConfig {
+    /// Shows the route without its secrets: the URL without its password (or
+    /// secret query parameters), whether a webhook secret is set, and Kafka
+    /// properties with the values of secret-looking keys (`sasl.password`) hidden.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let properties: BTreeMap<&str, &str> = self
+            .kafka_properties
+            .iter()
+            .map(|(key, value)| {
+                let shown = if redact::is_sensitive_key(key) { redact::REDACTED } else { value.as_str() };
+                (key.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("RouteConfig")
+            .field("topics", &self.topics)
+            .field("sink", &self.sink)
+            .field("name", &self.name)
+            .field("url", &self.url.as_deref().map(redact::url))
+            .field("exchange", &self.exchange)
+            .field("routing_key", &self.routing_key)
+            .field("brokers", &self.brokers.as_deref().map(redact::url))
+            .field("kafka_topic", &self.kafka_topic)
+            .field("kafka_properties", &properties)
+            .field("secret", &self.secret.as_ref().map(|_| redact::REDACTED))
+            .field("timeout_ms", &self.timeout_ms)
+            .field("batch", &self.batch)
+            .finish()
+    }
 }
 
 /// What is wrong with a route, naming the key.

@@ -13,6 +13,18 @@ pub const DEFAULT_CONFIG_PATH: &str = "config/delayq.toml";
 /// The most Redis shards (the Redis scheduler's own bound).
 const MAX_REDIS_SHARDS: usize = 1024;
 
+/// The keys whose values are secrets, as figment paths (list indexes left
+/// out): their parse errors never quote the value.
+const SECRET_KEYS: [&[&str]; 7] = [
+    &["auth", "tokens"],
+    &["auth", "admin_tokens"],
+    &["store", "database_url"],
+    &["scheduler", "redis_url"],
+    &["forward", "routes", "url"],
+    &["forward", "routes", "secret"],
+    &["forward", "routes", "kafka_properties"],
+];
+
 /// The flat `DELAYQ_*` variables of the API contract and the keys they set.
 const FLAT_VARIABLES: [(&str, &str); 7] = [
     ("http_addr", "server.http_addr"),
@@ -30,9 +42,12 @@ pub enum ConfigError {
     /// The file given with `--config` does not exist.
     #[error("config file {0} does not exist")]
     MissingFile(PathBuf),
-    /// A source could not be parsed or has unknown keys.
-    #[error("invalid configuration: {0}")]
-    Parse(#[from] Box<figment::Error>),
+    /// A source could not be parsed or has unknown keys. Loading withholds
+    /// the values of keys that hold secrets.
+    // Not a `source`: figment's own message would repeat this one, and
+    // `{:#}` prints the chain.
+    #[error("invalid configuration: {}", describe_parse_error(.0))]
+    Parse(Box<figment::Error>),
     /// A value is out of range.
     #[error("invalid configuration: {key} {reason}")]
     Invalid {
@@ -82,7 +97,7 @@ impl Config {
     /// # Errors
     /// A parse error naming the key, or an invalid value.
     pub fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let config: Config = figment.extract().map_err(Box::new)?;
+        let config: Config = figment.extract().map_err(|error| ConfigError::Parse(Box::new(without_secrets(error))))?;
         config.validate()?;
         Ok(config)
     }
@@ -147,6 +162,119 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Returns `error` with no secret value in it.
+///
+/// figment quotes the value it refused (`found string "s3cret", expected a
+/// sequence`), and a TOML syntax error quotes the line. For a key that holds
+/// a secret, or a section or list that contains one, the value is replaced
+/// by its type; the lines quoted from a file are dropped from every message
+/// (their line and column stay).
+fn without_secrets(error: figment::Error) -> figment::Error {
+    let mut errors: Vec<figment::Error> = error
+        .into_iter()
+        .map(|mut error| {
+            let secret = holds_secret(&error.path);
+            error.kind = kind_without_secrets(error.kind, secret, error.path.is_empty());
+            error
+        })
+        .collect();
+    // Rebuild the chain in its order: the first error stays first.
+    let Some(mut chained) = errors.pop() else { return figment::Error::from("invalid configuration") };
+    while let Some(error) = errors.pop() {
+        chained = chained.chain(error);
+    }
+    chained
+}
+
+/// Describes each error of the chain with its dotted key (`store.sqlite_synchronous`),
+/// the variable that sets it when it came from the environment, and its source.
+fn describe_parse_error(error: &figment::Error) -> String {
+    let describe = |error: figment::Error| {
+        let mut line = error.kind.to_string();
+        let from_environment = error.metadata.as_ref().is_some_and(|md| md.name.contains("environment variable"));
+        if !error.path.is_empty() {
+            let key = error.path.join(".");
+            line.push_str(&format!(" for key {key}"));
+            if from_environment {
+                let nested = format!("DELAYQ_{}", error.path.join("__").to_ascii_uppercase());
+                match FLAT_VARIABLES.iter().find(|(_, dotted)| *dotted == key) {
+                    Some((flat, _)) => line.push_str(&format!(" (DELAYQ_{} or {nested})", flat.to_ascii_uppercase())),
+                    None => line.push_str(&format!(" ({nested})")),
+                }
+            }
+        }
+        if let Some(metadata) = &error.metadata {
+            match &metadata.source {
+                Some(source) => line.push_str(&format!(" in {source} {}", metadata.name)),
+                None => line.push_str(&format!(" in {}", metadata.name)),
+            }
+        }
+        line
+    };
+    error.clone().into_iter().map(describe).collect::<Vec<_>>().join("\n")
+}
+
+/// Returns whether the value at `path` is, or contains, a secret.
+fn holds_secret(path: &[String]) -> bool {
+    let keys: Vec<&str> =
+        path.iter().map(String::as_str).filter(|segment| !segment.chars().all(|c| c.is_ascii_digit())).collect();
+    // One is a prefix of the other: the secret itself, a part of it, or a section holding it.
+    SECRET_KEYS.iter().any(|secret| keys.iter().zip(secret.iter()).all(|(key, secret)| key == secret))
+}
+
+fn kind_without_secrets(kind: figment::error::Kind, secret: bool, at_root: bool) -> figment::error::Kind {
+    use figment::error::Kind;
+    match kind {
+        // A message at the root is a parse error of a whole source: its line
+        // and column are kept, the quoted line is not.
+        Kind::Message(message) if at_root || !secret => Kind::Message(without_quoted_lines(&message)),
+        _ if !secret => kind,
+        Kind::Message(_) => Kind::Message("is malformed (value withheld: the key holds a secret)".to_owned()),
+        Kind::InvalidType(actual, expected) => Kind::InvalidType(withheld(&actual), expected),
+        Kind::InvalidValue(actual, expected) => Kind::InvalidValue(withheld(&actual), expected),
+        Kind::UnknownVariant(_, expected) => Kind::UnknownVariant(WITHHELD.to_owned(), expected),
+        Kind::Unsupported(actual) => Kind::Unsupported(withheld(&actual)),
+        Kind::UnsupportedKey(actual, expected) => Kind::UnsupportedKey(withheld(&actual), expected),
+        Kind::ISizeOutOfRange(_) | Kind::USizeOutOfRange(_) => {
+            Kind::Message(format!("integer is out of range ({WITHHELD})"))
+        }
+        // Lengths and field names, never values.
+        other
+        @ (Kind::InvalidLength(..) | Kind::UnknownField(..) | Kind::MissingField(_) | Kind::DuplicateField(_)) => other,
+    }
+}
+
+/// What a withheld value is shown as.
+const WITHHELD: &str = "value withheld";
+
+/// Describes a value by its type alone: `string (value withheld)`.
+fn withheld(actual: &figment::error::Actual) -> figment::error::Actual {
+    use figment::error::Actual;
+    let type_name = match actual {
+        Actual::Bool(_) => "bool".to_owned(),
+        Actual::Unsigned(_) => "unsigned int".to_owned(),
+        Actual::Signed(_) => "signed int".to_owned(),
+        Actual::Float(_) => "float".to_owned(),
+        Actual::Char(_) => "char".to_owned(),
+        Actual::Str(_) => "string".to_owned(),
+        Actual::Bytes(_) => "bytes".to_owned(),
+        Actual::Other(_) => "value".to_owned(),
+        // The others name a shape, not a value.
+        shape => shape.to_string(),
+    };
+    Actual::Other(format!("{type_name} ({WITHHELD})"))
+}
+
+/// Drops the source lines a parser quotes under its message (`3 | secret = …`
+/// and the caret line below it), and puts the rest on one line.
+fn without_quoted_lines(message: &str) -> String {
+    let quoted = |line: &str| {
+        let rest = line.trim_start().trim_start_matches(|c: char| c.is_ascii_digit()).trim_start();
+        rest.starts_with('|')
+    };
+    message.lines().filter(|line| !quoted(line) && !line.trim().is_empty()).collect::<Vec<_>>().join(": ")
 }
 
 /// `DELAYQ_HTTP_ADDR`-style flat variables, plus `DELAYQ_SECTION__KEY` for any key.
@@ -303,6 +431,151 @@ url = "http://127.0.0.1:9000/due"
             assert!(error.to_string().contains("queue"), "{error}");
             Ok(())
         });
+    }
+
+    /// Asserts that loading fails, naming `key` and quoting none of `secrets`.
+    fn refused_without_secrets(error: ConfigError, key: &str, secrets: &[&str]) {
+        let message = error.to_string();
+        assert!(message.contains(key), "{key} not named in: {message}");
+        for secret in secrets {
+            assert!(!message.contains(secret), "{secret} quoted in: {message}");
+        }
+        let debug = format!("{error:?}");
+        for secret in secrets {
+            assert!(!debug.contains(secret), "{secret} in the Debug output: {debug}");
+        }
+    }
+
+    #[test]
+    fn malformed_tokens_are_named_without_their_value() {
+        Jail::expect_with(|jail| {
+            for malformed in ["s3cret-token", "{s3cret-token=1}", "[[s3cret-token]]", "1234567890"] {
+                jail.set_env("DELAYQ_AUTH__TOKENS", malformed);
+                match Config::load(None) {
+                    Err(error) => refused_without_secrets(error, "auth.tokens", &["s3cret-token", "1234567890"]),
+                    Ok(config) => panic!("{malformed:?} loaded as {:?}", config.auth.tokens),
+                }
+            }
+            jail.set_env("DELAYQ_AUTH__TOKENS", "[\"t1\", \"t2\"]");
+            jail.set_env("DELAYQ_AUTH__ADMIN_TOKENS", "{adm1n-s3cret=1}");
+            let error = Config::load(None).expect_err("malformed admin tokens");
+            refused_without_secrets(error, "auth.admin_tokens", &["adm1n-s3cret"]);
+            jail.set_env("DELAYQ_AUTH__ADMIN_TOKENS", "[\"a1\"]");
+            let config = Config::load(None).expect("well-formed tokens");
+            assert_eq!(config.auth.tokens, ["t1", "t2"]);
+            assert_eq!(config.auth.admin_tokens, ["a1"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn malformed_urls_are_named_without_their_value() {
+        Jail::expect_with(|jail| {
+            jail.set_env("DELAYQ_DATABASE_URL", "{mysql=\"root:hunter2@db\"}");
+            refused_without_secrets(Config::load(None).expect_err("a map"), "store.database_url", &["hunter2"]);
+            jail.set_env("DELAYQ_DATABASE_URL", "sqlite://./data/delayq.db");
+            jail.set_env("DELAYQ_REDIS_URL", "987654321");
+            refused_without_secrets(Config::load(None).expect_err("a number"), "scheduler.redis_url", &["987654321"]);
+            // Out of range, but the message does not quote the URL either.
+            jail.set_env("DELAYQ_REDIS_URL", "http://:hunter2@redis");
+            refused_without_secrets(Config::load(None).expect_err("not redis"), "scheduler.redis_url", &["hunter2"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn malformed_route_secrets_are_named_without_their_value() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "secret-type.toml",
+                "[[forward.routes]]\ntopics = [\"a\"]\nsink = \"webhook\"\nurl = \"http://h/\"\nsecret = 987654321\n",
+            )?;
+            let error = Config::load(Some(Path::new("secret-type.toml"))).expect_err("a number");
+            refused_without_secrets(error, "secret", &["987654321"]);
+            jail.create_file(
+                "property-type.toml",
+                "[[forward.routes]]\ntopics = [\"a\"]\nsink = \"kafka\"\nbrokers = \"k:9092\"\n\
+                 kafka_properties = { \"sasl.password\" = 987654321 }\n",
+            )?;
+            let error = Config::load(Some(Path::new("property-type.toml"))).expect_err("a number");
+            refused_without_secrets(error, "kafka_properties", &["987654321"]);
+            jail.create_file(
+                "url-type.toml",
+                "[[forward.routes]]\ntopics = [\"a\"]\nsink = \"rabbitmq\"\nurl = 987654321\n",
+            )?;
+            let error = Config::load(Some(Path::new("url-type.toml"))).expect_err("a number");
+            refused_without_secrets(error, "url", &["987654321"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_syntax_error_gives_its_place_without_quoting_the_line() {
+        Jail::expect_with(|jail| {
+            jail.create_file("unquoted.toml", "[auth]\ntokens = [s3cret-token]\n")?;
+            let error = Config::load(Some(Path::new("unquoted.toml"))).expect_err("not TOML");
+            refused_without_secrets(error, "line 2", &["s3cret-token"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn values_that_are_not_secrets_are_still_quoted() {
+        Jail::expect_with(|jail| {
+            jail.set_env("DELAYQ_STORE__SQLITE_SYNCHRONOUS", "fast");
+            let error = Config::load(None).expect_err("unknown mode").to_string();
+            assert!(error.contains("store.sqlite_synchronous") && error.contains("fast"), "{error}");
+            jail.set_env("DELAYQ_STORE__SQLITE_SYNCHRONOUS", "normal");
+            assert_eq!(Config::load(None).expect("valid").store.sqlite_synchronous, crate::SqliteSynchronous::Normal);
+            jail.set_env("DELAYQ_LIMITS__MAX_BODY_BYTES", "lots");
+            let error = Config::load(None).expect_err("not a number").to_string();
+            assert!(error.contains("limits.max_body_bytes") && error.contains("lots"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_debug_output_holds_no_secret() {
+        let mut config = Config::default();
+        config.auth.tokens = vec!["user-s3cret".to_owned()];
+        config.auth.admin_tokens = vec!["admin-s3cret".to_owned()];
+        config.store.database_url = Some("mysql://root:db-s3cret@mariadb:3306/delayq".to_owned());
+        config.scheduler.redis_url = Some("redis://:redis-s3cret@n1:7000,redis://:redis-s3cret@n2:7000".to_owned());
+        let webhook = crate::RouteConfig {
+            topics: vec!["hook.*".to_owned()],
+            sink: "webhook".to_owned(),
+            url: Some("https://hook-us3r:hook-s3cret@hooks.example/due?access_token=query-s3cret".to_owned()),
+            secret: Some("hmac-s3cret".to_owned()),
+            ..crate::RouteConfig::default()
+        };
+        let rabbit = crate::RouteConfig {
+            topics: vec!["order.*".to_owned()],
+            sink: "rabbitmq".to_owned(),
+            url: Some("amqp://guest:amqp-s3cret@rabbit:5672/%2f".to_owned()),
+            ..crate::RouteConfig::default()
+        };
+        let kafka = crate::RouteConfig {
+            topics: vec!["audit.*".to_owned()],
+            sink: "kafka".to_owned(),
+            brokers: Some("kafka:9092".to_owned()),
+            kafka_properties: [
+                ("sasl.password", "sasl-s3cret"),
+                ("ssl.key.password", "key-s3cret"),
+                ("linger.ms", "5"),
+            ]
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+            .collect(),
+            ..crate::RouteConfig::default()
+        };
+        config.forward.routes = vec![webhook, rabbit, kafka];
+        for printed in [format!("{config:?}"), format!("{config:#?}")] {
+            assert!(!printed.contains("s3cret"), "a secret is printed: {printed}");
+            // What is not secret is still there to debug with.
+            for visible in ["mariadb:3306", "n2:7000", "hooks.example", "rabbit:5672", "linger.ms", "sasl.password"] {
+                assert!(printed.contains(visible), "{visible} missing: {printed}");
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use delayq_common::{JobDefaults, Limits, RetryPolicy};
+use delayq_common::{redact, JobDefaults, Limits, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
 use crate::forward::ForwardConfig;
@@ -135,7 +135,7 @@ impl ServerConfig {
 }
 
 /// The scheduler backend.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
     /// `redis://…` (several comma-separated = Redis Cluster); unset: in-process (`DELAYQ_REDIS_URL`).
@@ -162,7 +162,7 @@ impl Default for SchedulerConfig {
 }
 
 /// The durable store backend.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     /// `mysql://…` or `sqlite://…`; unset: SQLite in the data directory (`DELAYQ_DATABASE_URL`).
@@ -186,6 +186,30 @@ impl Default for StoreConfig {
             retention_ms: DEFAULT_RETENTION_MS,
             journal_max: DEFAULT_JOURNAL_MAX,
         }
+    }
+}
+
+impl std::fmt::Debug for SchedulerConfig {
+    /// Shows the Redis URLs without their passwords.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerConfig")
+            .field("redis_url", &self.redis_url.as_deref().map(redact::url))
+            .field("redis_prefix", &self.redis_prefix)
+            .field("redis_shards", &self.redis_shards)
+            .field("promote_batch", &self.promote_batch)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    /// Shows the database URL without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("database_url", &self.database_url.as_deref().map(redact::url))
+            .field("sqlite_synchronous", &self.sqlite_synchronous)
+            .field("retention_ms", &self.retention_ms)
+            .field("journal_max", &self.journal_max)
+            .finish()
     }
 }
 

@@ -6,6 +6,7 @@ use anyhow::Context;
 use delayq_config::Config;
 use delayq_ha::{Leadership, Standalone, ZkConfig, ZookeeperLeadership};
 use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
 use crate::node::NodeIdentity;
 use delayq_config::SqliteSynchronous;
@@ -25,12 +26,14 @@ pub(crate) async fn build_store(config: &Config, node: &str) -> anyhow::Result<A
             let store = SqliteStore::open_in_with_options(&config.server.data_dir, node.to_owned(), options)
                 .await
                 .with_context(|| format!("failed to open the store in {}", config.server.data_dir.display()))?;
+            announce_sqlite_sync(&store).await;
             Ok(Arc::new(store))
         }
         Some(url) if url.starts_with("sqlite:") => {
             let store = SqliteStore::open_with_options(url, node.to_owned(), options)
                 .await
                 .context("failed to open the sqlite store")?;
+            announce_sqlite_sync(&store).await;
             Ok(Arc::new(store))
         }
         Some(url) => {
@@ -81,6 +84,19 @@ pub(crate) async fn build_scheduler(
         Err(JoinError::Queue(error)) => return Err(error).context("failed to join the node registry in redis"),
     }
     Ok(SchedulerBackend { scheduler: Arc::new(scheduler), node_registry: Some(Arc::new(registry)) })
+}
+
+/// Logs how SQLite syncs its commits, as read back from the database: what
+/// an OS crash or power cut may cost is visible at start.
+async fn announce_sqlite_sync(store: &SqliteStore) {
+    match store.sqlite_sync().await {
+        Ok(SqliteSync::Full) => info!(synchronous = "full", "sqlite store opened"),
+        Ok(SqliteSync::Normal) => info!(
+            synchronous = "normal",
+            "sqlite store opened; an OS crash or power cut may lose the last acknowledged commits"
+        ),
+        Err(error) => warn!(error = %error, "cannot read back the sqlite synchronous setting"),
+    }
 }
 
 /// Joins the ZooKeeper election when configured, else runs standalone.

@@ -7,6 +7,7 @@
 //! Layout:
 //! - `cli`: the command line.
 //! - `serve`: wiring and graceful shutdown of the server.
+//! - `guard`: the start-up refusal to listen beyond loopback without auth.
 //! - `backends`: the one place that picks the scheduler and store backends.
 //! - `leader`: starts and stops leader work (the timer, the forwarder) as the role changes.
 //! - `forward`: the forwarding routes built from `[forward]`.
@@ -23,6 +24,7 @@ mod backends;
 mod cli;
 mod client;
 mod forward;
+mod guard;
 mod leader;
 mod node;
 mod serve;

@@ -1,7 +1,8 @@
 //! `delayq serve`: wiring and graceful shutdown.
 //!
-//! Start: config, store, scheduler (on Redis, joining the registry of nodes
-//! that share the prefix), restore from the store, timer, listeners.
+//! Start: config, the exposure guard (no listener beyond loopback without
+//! auth, see `guard`), store, scheduler (on Redis, joining the registry of
+//! nodes that share the prefix), restore from the store, timer, listeners.
 //! Stop (SIGINT/SIGTERM): the root token is cancelled, the listeners stop
 //! accepting and drain, the timer stops, the journal is flushed and the
 //! store closed, all under the configured deadline.
@@ -23,10 +24,12 @@ use tracing_subscriber::EnvFilter;
 
 use crate::backends::{build_leadership, build_scheduler, build_store, SchedulerBackend};
 use crate::node::NodeIdentity;
-use crate::{forward, leader};
+use crate::{forward, guard, leader};
 
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     install_tracing();
+    // Before anything is opened: a refused node touches neither its store nor a port.
+    guard::check(&config.server, &config.auth)?;
     let metrics = install_metrics()?;
     let node = NodeIdentity::resolve(config.server.node_id.as_deref());
     info!(node = %node.name, worker_id = node.worker_id, "starting delayq");

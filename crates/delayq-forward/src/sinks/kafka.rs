@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::Job;
+use delayq_common::{redact, Job};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -62,8 +62,20 @@ impl KafkaSink {
             .set("message.timeout.ms", timeout.as_millis().max(1).to_string());
         let producer: FutureProducer = config
             .create()
-            .map_err(|error| SinkError::Invalid { field: "kafka_properties", reason: error.to_string() })?;
+            .map_err(|error| SinkError::Invalid { field: "kafka_properties", reason: config_error_reason(&error) })?;
         Ok(KafkaSink { producer, topic, timeout })
+    }
+}
+
+/// Describes a refused producer config; librdkafka quotes the refused value,
+/// which is withheld when its property looks secret (`sasl.password`).
+fn config_error_reason(error: &KafkaError) -> String {
+    match error {
+        KafkaError::ClientConfig(_, description, key, value) if redact::is_sensitive_key(key) => {
+            let description = redact::scrub(description, value, redact::REDACTED);
+            format!("{key}: {description} (value withheld)")
+        }
+        other => other.to_string(),
     }
 }
 
@@ -204,6 +216,25 @@ mod tests {
         assert!(refused(&"a".repeat(250)));
         assert!(!refused("delayq-{topic}-due"));
         assert!(!refused("audit"));
+    }
+
+    #[test]
+    fn a_refused_secret_property_is_named_without_its_value() {
+        let error = KafkaError::ClientConfig(
+            rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            "Invalid value \"kafka-s3cret\" for configuration property \"sasl.password\"".to_owned(),
+            "sasl.password".to_owned(),
+            "kafka-s3cret".to_owned(),
+        );
+        let reason = config_error_reason(&error);
+        assert!(reason.contains("sasl.password") && !reason.contains("kafka-s3cret"), "{reason}");
+        // librdkafka's own refusal, whatever it refuses in this build.
+        for key in ["sasl.password", "ssl.key.password", "sasl.oauthbearer.config"] {
+            let properties = BTreeMap::from([(key.to_owned(), "kafka-s3cret".to_owned())]);
+            if let Err(error) = KafkaSink::new("127.0.0.1:9092", "{topic}", &properties, Duration::from_secs(1)) {
+                assert!(!error.to_string().contains("kafka-s3cret"), "{error}");
+            }
+        }
     }
 
     #[test]

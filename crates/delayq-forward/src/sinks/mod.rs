@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use delayq_common::redact;
+
 pub use self::kafka::KafkaSink;
 pub use self::log::LogSink;
 pub use self::rabbitmq::RabbitSink;
@@ -17,7 +19,10 @@ use crate::error::SinkError;
 use crate::sink::Sink;
 
 /// What to build a sink from: one route's destination settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` output hides the secrets: URL passwords, the webhook secret,
+/// the values of secret-looking Kafka properties.
+#[derive(Clone, PartialEq, Eq)]
 pub enum SinkSpec {
     /// Writes each due job to the log (the embedded default's stand-in for a broker).
     Log,
@@ -54,6 +59,42 @@ pub enum SinkSpec {
     },
 }
 
+impl std::fmt::Debug for SinkSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SinkSpec::Log => f.write_str("Log"),
+            SinkSpec::Webhook { url, secret, timeout } => f
+                .debug_struct("Webhook")
+                .field("url", &redact::url(url))
+                .field("secret", &secret.as_ref().map(|_| redact::REDACTED))
+                .field("timeout", timeout)
+                .finish(),
+            SinkSpec::Rabbitmq { url, exchange, routing_key, timeout } => f
+                .debug_struct("Rabbitmq")
+                .field("url", &redact::url(url))
+                .field("exchange", exchange)
+                .field("routing_key", routing_key)
+                .field("timeout", timeout)
+                .finish(),
+            SinkSpec::Kafka { brokers, topic, properties, timeout } => {
+                let properties: BTreeMap<&str, &str> = properties
+                    .iter()
+                    .map(|(key, value)| {
+                        let shown = if redact::is_sensitive_key(key) { redact::REDACTED } else { value.as_str() };
+                        (key.as_str(), shown)
+                    })
+                    .collect();
+                f.debug_struct("Kafka")
+                    .field("brokers", brokers)
+                    .field("topic", topic)
+                    .field("properties", &properties)
+                    .field("timeout", timeout)
+                    .finish()
+            }
+        }
+    }
+}
+
 /// Builds the sink a spec describes. Brokers are not contacted here: a sink
 /// connects on first use and reconnects by itself, so a broker that is down at
 /// start delays delivery without failing the start.
@@ -71,4 +112,49 @@ pub fn build_sink(spec: &SinkSpec) -> Result<Arc<dyn Sink>, SinkError> {
             Arc::new(KafkaSink::new(brokers, topic, properties, *timeout)?)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_debug_output_holds_no_secret() {
+        let specs = [
+            SinkSpec::Webhook {
+                url: "https://u:url-s3cret@hooks.example/due?token=query-s3cret".to_owned(),
+                secret: Some("hmac-s3cret".to_owned()),
+                timeout: Duration::from_secs(1),
+            },
+            SinkSpec::Rabbitmq {
+                url: "amqp://guest:amqp-s3cret@rabbit:5672/%2f".to_owned(),
+                exchange: "delayq".to_owned(),
+                routing_key: "{topic}".to_owned(),
+                timeout: Duration::from_secs(1),
+            },
+            SinkSpec::Kafka {
+                brokers: "kafka:9092".to_owned(),
+                topic: "{topic}".to_owned(),
+                properties: BTreeMap::from([
+                    ("sasl.password".to_owned(), "sasl-s3cret".to_owned()),
+                    ("linger.ms".to_owned(), "5".to_owned()),
+                ]),
+                timeout: Duration::from_secs(1),
+            },
+        ];
+        for spec in specs {
+            let printed = format!("{spec:?}");
+            assert!(!printed.contains("s3cret"), "{printed}");
+        }
+        let printed = format!(
+            "{:?}",
+            SinkSpec::Kafka {
+                brokers: "kafka:9092".to_owned(),
+                topic: "{topic}".to_owned(),
+                properties: BTreeMap::from([("linger.ms".to_owned(), "5".to_owned())]),
+                timeout: Duration::from_secs(1),
+            }
+        );
+        assert!(printed.contains("\"linger.ms\": \"5\""), "{printed}");
+    }
 }

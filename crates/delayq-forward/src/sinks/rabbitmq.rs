@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::Job;
+use delayq_common::{redact, Job};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
@@ -53,8 +53,11 @@ impl RabbitSink {
     /// A malformed URL or routing key template, an exchange longer than
     /// 255 bytes, or a routing key whose fixed text alone is.
     pub fn new(url: &str, exchange: &str, routing_key: &str, timeout: Duration) -> Result<RabbitSink, SinkError> {
-        url.parse::<lapin::uri::AMQPUri>()
-            .map_err(|reason| SinkError::Invalid { field: "url", reason: format!("not an amqp URL: {reason}") })?;
+        // The parser may quote the URL it refused: never with its password.
+        url.parse::<lapin::uri::AMQPUri>().map_err(|reason| SinkError::Invalid {
+            field: "url",
+            reason: format!("not an amqp URL: {}", redact::scrub(&reason, url, &redact::url(url))),
+        })?;
         let exchange = short_string(exchange)
             .map_err(|reason| SinkError::Invalid { field: "exchange", reason: format!("{exchange:?} {reason}") })?;
         let routing_key_template = Template::parse("routing_key", routing_key)?;

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::Job;
+use delayq_common::{redact, Job};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -32,10 +32,10 @@ impl WebhookSink {
     /// # Errors
     /// A malformed URL.
     pub fn new(url: &str, secret: Option<&str>, timeout: Duration) -> Result<WebhookSink, SinkError> {
-        let url = reqwest::Url::parse(url)
-            .ok()
-            .filter(|url| matches!(url.scheme(), "http" | "https"))
-            .ok_or_else(|| SinkError::Invalid { field: "url", reason: format!("{url:?} is not an http(s) URL") })?;
+        let url =
+            reqwest::Url::parse(url).ok().filter(|url| matches!(url.scheme(), "http" | "https")).ok_or_else(|| {
+                SinkError::Invalid { field: "url", reason: format!("{:?} is not an http(s) URL", redact::url(url)) }
+            })?;
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
@@ -127,5 +127,12 @@ mod tests {
         assert!(WebhookSink::new("ftp://x/y", None, Duration::from_secs(1)).is_err());
         assert!(WebhookSink::new("not a url", None, Duration::from_secs(1)).is_err());
         assert!(WebhookSink::new("http://127.0.0.1:9/due", Some("k"), Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn a_refused_url_is_quoted_without_its_password() {
+        let error = WebhookSink::new("http://user:hook-s3cret@exa mple/due", None, Duration::from_secs(1)).err();
+        let message = error.map(|error| error.to_string()).unwrap_or_default();
+        assert!(message.contains("url") && !message.contains("hook-s3cret"), "{message}");
     }
 }
