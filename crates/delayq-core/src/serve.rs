@@ -35,6 +35,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     info!(node = %node.name, worker_id = node.worker_id, "starting delayq");
 
     let root = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(root.clone())?);
     let routes = forward::build_routes(&config)?;
     let leadership = build_leadership(&config, &node, root.child_token()).await?;
     let store = build_store(&config, &node.name).await?;
@@ -77,7 +78,6 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let grpc_addr = start_grpc(&config, Arc::clone(&queue), &tasks, root.child_token()).await?;
     announce(&format!("delayq listening http={http_addr} grpc={grpc_addr}"))?;
 
-    tokio::spawn(cancel_on_signal(root.clone()));
     root.cancelled().await;
     info!("shutting down");
     // Hand leadership over at once rather than after the session times out.
@@ -162,21 +162,18 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     PrometheusBuilder::new().install_recorder().context("failed to install the metrics recorder")
 }
 
-async fn cancel_on_signal(root: CancellationToken) {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                warn!(error = %error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+/// Installs the SIGINT and SIGTERM handlers at once, so a signal that arrives
+/// right after the listeners are announced stops the node gracefully instead
+/// of killing it; the returned future cancels `root` on the first of them.
+fn cancel_on_signal(root: CancellationToken) -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => info!("SIGINT received"),
+            _ = terminate.recv() => info!("SIGTERM received"),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
-        () = terminate => info!("SIGTERM received"),
-    }
-    root.cancel();
+        root.cancel();
+    })
 }
