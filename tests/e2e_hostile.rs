@@ -315,7 +315,6 @@ async fn clients_that_never_finish_their_headers_are_disconnected() {
     assert_serves_jobs(&server, "after-slow-clients").await;
 }
 
-#[ignore = "hangs on this machine: past the cap a connect or read does not return; to be investigated"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn connections_past_the_cap_wait_until_one_closes() {
     let dir = tempfile::tempdir().unwrap();

@@ -16,7 +16,7 @@ use delayq_config::Config;
 use delayq_controller::{router, AppState, ControllerConfig, HttpLimits, RoleProvider};
 use delayq_queue::{DelayQueue, QueueSettings};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
@@ -66,7 +66,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     }
     tasks.spawn(leader::supervise(Arc::clone(&leadership), Arc::clone(&queue), routes, root.child_token()));
 
-    let listener = TcpListener::bind(&config.server.http_addr)
+    let listener = listen(&config.server.http_addr)
         .await
         .with_context(|| format!("failed to listen on {}", config.server.http_addr))?;
     let http_addr = listener.local_addr().context("failed to read the bound address")?;
@@ -111,6 +111,23 @@ fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle, 
     router(AppState::new(queue, controller_config).with_role(role))
 }
 
+/// The listen backlog of both listeners. Connections past
+/// `server.max_connections` wait there until one closes; with the usual
+/// default of 128 a burst past the cap would find the backlog full and retry
+/// its SYNs for seconds.
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds a listener on `addr` (`ip:port`) with [`LISTEN_BACKLOG`].
+async fn listen(addr: &str) -> anyhow::Result<TcpListener> {
+    let address = tokio::net::lookup_host(addr).await?.next().context("the address resolves to nothing")?;
+    let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    // As the standard library's bind does: a restarted node can bind its port
+    // while connections of the previous process linger in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    Ok(socket.listen(LISTEN_BACKLOG)?)
+}
+
 /// Binds and serves gRPC unless its address is `off`; returns the bound address (or `off`).
 async fn start_grpc(
     config: &Config,
@@ -121,7 +138,7 @@ async fn start_grpc(
     if config.server.grpc_addr == "off" {
         return Ok("off".to_owned());
     }
-    let listener = TcpListener::bind(&config.server.grpc_addr)
+    let listener = listen(&config.server.grpc_addr)
         .await
         .with_context(|| format!("failed to listen on {}", config.server.grpc_addr))?;
     let bound = listener.local_addr().context("failed to read the bound grpc address")?;
