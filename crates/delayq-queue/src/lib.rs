@@ -45,6 +45,6 @@ pub use error::{QueueError, QueueResult};
 pub use memory::MemoryScheduler;
 pub use recovery::{run_recovery, RecoveryOptions};
 pub use redis::{RedisScheduler, RedisSchedulerOptions};
-pub use scheduler::{Promotion, Scheduler, TopicStats};
+pub use scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
 pub use service::{DelayQueue, JobDetails, JobPage, Pushed, QueueSettings, QueueStats};
 pub use timer::{lease_pause, run_timer, run_timer_fenced};

@@ -36,6 +36,28 @@ pub struct Promotion {
     pub more: bool,
 }
 
+/// Where a restore stands among the jobs the scheduler was told to end: taken
+/// by [`Scheduler::open_restore`] before the restore reads the store, and
+/// carried by its write ([`Scheduler::restore_batch`]). The default fences nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreFence {
+    /// Per shard of the backend, the instant (in the backend's own clock) the
+    /// restore opened its window at.
+    marks: Vec<u64>,
+}
+
+impl RestoreFence {
+    /// A fence with one mark per shard.
+    pub fn new(marks: Vec<u64>) -> RestoreFence {
+        RestoreFence { marks }
+    }
+
+    /// Returns the mark of `shard`, if the fence has one.
+    pub fn mark(&self, shard: usize) -> Option<u64> {
+        self.marks.get(shard).copied()
+    }
+}
+
 /// The scheduling half of the queue.
 ///
 /// Contract every backend keeps:
@@ -76,12 +98,29 @@ pub trait Scheduler: Send + Sync + 'static {
     /// working on it, and it is redelivered (or dead) only when that deadline passes.
     async fn restore(&self, job: &Job) -> QueueResult<bool>;
 
-    /// Restores several jobs, each as [`Scheduler::restore`] does; returns whether each was added.
+    /// Prepares a restore, before it reads the store: until the restore writes
+    /// back what it read (with the returned fence), a backend shared by several
+    /// nodes remembers every job it is told to end, so that the write skips a
+    /// job another node ended after the read (its store row said live; it is
+    /// not). An in-process backend needs none: every end goes through this
+    /// process, which keeps them out of a restore's way.
+    ///
+    /// # Errors
+    /// When the backend cannot be reached.
+    async fn open_restore(&self) -> QueueResult<RestoreFence> {
+        Ok(RestoreFence::default())
+    }
+
+    /// Restores several jobs, each as [`Scheduler::restore`] does, read from the
+    /// store after `fence` was opened; returns whether each was added. A job
+    /// ended since the fence is not added.
     ///
     /// # Errors
     /// The whole call fails when the backend does (some jobs may have been added:
-    /// restoring again is harmless).
-    async fn restore_batch(&self, jobs: &[Job]) -> QueueResult<Vec<bool>> {
+    /// restoring again is harmless), or when the fence is too old to be
+    /// trusted (the restore took too long; it can start again).
+    async fn restore_batch(&self, jobs: &[Job], fence: &RestoreFence) -> QueueResult<Vec<bool>> {
+        let _ = fence;
         let mut added = Vec::with_capacity(jobs.len());
         for job in jobs {
             added.push(self.restore(job).await?);

@@ -14,8 +14,12 @@
 //! hold) and never brings back a finished or deleted one: those are ended in
 //! the store first; restore reads each page of the store and adds what the
 //! scheduler lacks while no operation of this process that ends a job is
-//! under way, then re-reads the store and takes out any job another node
-//! ended meanwhile.
+//! under way. Another node may end a job of the page after the read: the
+//! restore opens a fence in the scheduler before it reads
+//! ([`Scheduler::open_restore`]), and the scheduler skips, in the write, every
+//! job it was told to end since, so such a job is never handed out again.
+//! A job the store ended without the scheduler hearing of it is taken out
+//! again after the write, once the store is re-read.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -678,13 +682,15 @@ impl DelayQueue {
     /// Schedules one job again from the store.
     pub async fn restore_job(&self, id: &JobId) -> QueueResult<Job> {
         let _exclusive = self.exclusive_with_journal().await?;
+        let fence = self.scheduler.open_restore().await?;
         let Some(job) = self.store.get(id).await? else {
             return Err(QueueError::NotFound(id.clone()));
         };
         if !job.state.is_live() {
             return Err(QueueError::WrongState { id: id.clone(), state: job.state });
         }
-        if self.scheduler.restore(&job).await? {
+        let added = self.scheduler.restore_batch(std::slice::from_ref(&job), &fence).await?;
+        if added.first() == Some(&true) {
             // Another node may have ended it meanwhile.
             match self.store.get(id).await? {
                 Some(now_stored) if now_stored.state.is_live() => queue_metrics::record_restored(1),
@@ -707,12 +713,14 @@ impl DelayQueue {
         let mut outcome = Restored::default();
         loop {
             let _exclusive = self.exclusive_with_journal().await?;
+            // Before the read: the write skips what other nodes end after it.
+            let fence = self.scheduler.open_restore().await?;
             let page = self.store.live_jobs(after.as_ref(), batch).await?;
             let Some(last) = page.last() else { break };
             let next_after = last.id.clone();
             let candidates: Vec<Job> = page.into_iter().filter(|job| !(skip_overdue && job.run_at < now)).collect();
             outcome.scheduled += candidates.len() as u64;
-            let added_flags = self.scheduler.restore_batch(&candidates).await?;
+            let added_flags = self.scheduler.restore_batch(&candidates, &fence).await?;
             let added: Vec<&Job> =
                 candidates.iter().zip(added_flags).filter_map(|(job, added)| added.then_some(job)).collect();
             let ended = self.forget_ended(after.as_ref(), batch, &added).await?;
@@ -727,8 +735,10 @@ impl DelayQueue {
     }
 
     /// Takes out of the scheduler the `added` jobs (restored from the page of
-    /// live jobs after `after`) that the store no longer calls live: another
-    /// node ended them between the page read and the scheduler write. Returns how many.
+    /// live jobs after `after`) that the store no longer calls live: ended in
+    /// the store between the page read and the scheduler write without the
+    /// scheduler being told (those it was told of, the restore fence kept
+    /// out). Returns how many.
     async fn forget_ended(&self, after: Option<&JobId>, batch: usize, added: &[&Job]) -> QueueResult<usize> {
         if added.is_empty() {
             return Ok(0);

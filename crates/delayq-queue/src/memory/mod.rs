@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use self::engine::Engine;
 use crate::error::QueueResult;
-use crate::scheduler::{Promotion, Scheduler, TopicStats};
+use crate::scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
 
 /// The longest a reserve waits when asked for an unrepresentable wait.
 const MAX_WAIT: Duration = Duration::from_secs(86_400);
@@ -124,7 +124,7 @@ impl Scheduler for MemoryScheduler {
         Ok(self.with_engine(|engine| engine.restore(job, now)))
     }
 
-    async fn restore_batch(&self, jobs: &[Job]) -> QueueResult<Vec<bool>> {
+    async fn restore_batch(&self, jobs: &[Job], _fence: &RestoreFence) -> QueueResult<Vec<bool>> {
         let now = Timestamp::now();
         Ok(self.with_engine(|engine| jobs.iter().map(|job| engine.restore(job, now)).collect()))
     }

@@ -56,8 +56,9 @@ struct CallCodes<'a> {
 enum Arrival {
     /// A push: the job waits for its due time.
     New,
-    /// The store: a reserved job keeps its reservation.
-    Restored,
+    /// The store: a reserved job keeps its reservation. Carries the restore
+    /// fence (0: none), see `lua/index.lua`.
+    Restored(u64),
 }
 
 /// What `finish` and `delete` require of the job.
@@ -108,9 +109,25 @@ impl Engine {
     }
 
     /// Adds jobs of one shard from the store unless it holds them (a reserved
-    /// one stays reserved until its ttr deadline); returns whether each was added.
-    pub(super) async fn restore(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp) -> QueueResult<Vec<bool>> {
-        self.add(shard, jobs, now, Arrival::Restored).await
+    /// one stays reserved until its ttr deadline) or ended them since `fence`
+    /// (the Redis time its restore window opened at, 0 for none); returns
+    /// whether each was added.
+    pub(super) async fn restore(
+        &self,
+        shard: &ShardKeys,
+        jobs: &[&Job],
+        now: Timestamp,
+        fence: u64,
+    ) -> QueueResult<Vec<bool>> {
+        self.add(shard, jobs, now, Arrival::Restored(fence)).await
+    }
+
+    /// Opens (or extends) the restore window of one shard; returns its Redis time in ms.
+    pub(super) async fn open_restore(&self, shard: &ShardKeys) -> QueueResult<u64> {
+        let invocation = self.invocation(&self.scripts.restoring, shard, Timestamp::now());
+        let reply = self.run(&invocation).await?;
+        let opened_at = reply::int(&reply).map_err(unavailable)?;
+        u64::try_from(opened_at).map_err(|_| unavailable(CodecError("restore window")))
     }
 
     /// One schedule call: with the topic codes this node knows when it knows
@@ -119,6 +136,11 @@ impl Engine {
         let codes = self.cached_codes(shard, jobs);
         let codes = codes.as_ref();
         let mut invocation = self.invocation(&self.scripts.schedule, shard, now);
+        let fence = match arrival {
+            Arrival::New => 0,
+            Arrival::Restored(fence) => fence,
+        };
+        invocation.arg(fence);
         let topics = codes.map_or(&[][..], |codes| &codes.topics);
         invocation.arg(topics.len());
         for (topic, code) in topics {
@@ -415,7 +437,7 @@ fn attempt_arg(attempt: Option<u32>) -> String {
 /// delayed; priority and run_at when ready; a restored reservation keeps its
 /// ttr deadline) and its ttl expiry (0 unless ready with a ttl).
 fn placement(job: &Job, now: Timestamp, arrival: Arrival) -> (JobState, u64, u64) {
-    if let (Arrival::Restored, Some(deadline)) = (arrival, reservation_deadline(job)) {
+    if let (Arrival::Restored(_), Some(deadline)) = (arrival, reservation_deadline(job)) {
         return (JobState::Reserved, deadline.as_millis().min(codec::LUA_MAX), 0);
     }
     match waiting_state(job.run_at, now) {

@@ -8,6 +8,8 @@
 //! - `{p:s}:d` ZSET, the timeline: each job's one pending instant (run_at while
 //!   delayed, ttl expiry while ready, ttr deadline while reserved);
 //! - `{p:s}:r:<topic>` ZSET, the ready queue: score `priority * 2^43 + run_at`;
+//! - `{p:s}:e` ZSET, while a restore window is open: the jobs the shard ended,
+//!   which a restore's write skips (`lua/index.lua`, [`Scheduler::open_restore`]);
 //! - `{p:s}:m` HASH of live counts per state and topic, topic codes, the
 //!   shard's announced earliest instant and its data-epoch marker; a topic's
 //!   fields live only while it has a live job in the shard, so `stats` reads
@@ -64,7 +66,7 @@ use self::keys::ShardKeys;
 pub use self::nodes::{ForeignNode, JoinError, NodeRegistry, NodeRegistryOptions};
 use self::notify::{Channels, Signals};
 use crate::error::{QueueError, QueueResult};
-use crate::scheduler::{Promotion, Scheduler, TopicStats};
+use crate::scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
 
 /// The shard count of a standalone Redis when none is configured. Redis runs
 /// scripts one at a time, so more shards there buy no parallelism; fewer mean
@@ -186,16 +188,27 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn restore(&self, job: &Job) -> QueueResult<bool> {
-        Ok(self.restore_batch(std::slice::from_ref(job)).await?.first() == Some(&true))
+        let unfenced = RestoreFence::default();
+        Ok(self.restore_batch(std::slice::from_ref(job), &unfenced).await?.first() == Some(&true))
     }
 
-    async fn restore_batch(&self, jobs: &[Job]) -> QueueResult<Vec<bool>> {
+    /// Opens the restore window of every shard (`lua/restoring.lua`); the
+    /// fence holds each shard's Redis time.
+    async fn open_restore(&self) -> QueueResult<RestoreFence> {
+        let engine = &self.engine;
+        let marks = try_join_all(engine.shards.iter().map(|shard| engine.open_restore(shard))).await?;
+        Ok(RestoreFence::new(marks))
+    }
+
+    async fn restore_batch(&self, jobs: &[Job], fence: &RestoreFence) -> QueueResult<Vec<bool>> {
         let now = Timestamp::now();
         let live = jobs.iter().enumerate().filter(|(_, job)| !job.state.is_terminal()).map(|(at, job)| (at, &job.id));
         let calls = chunks_by_shard(&self.engine, live, SCHEDULE_CHUNK);
         let replies = try_join_all(calls.iter().map(|(shard, positions)| {
             let chunk_jobs: Vec<&Job> = positions.iter().filter_map(|&position| jobs.get(position)).collect();
-            async move { self.engine.restore(shard, &chunk_jobs, now).await }
+            // 0: no fence (a shard the fence has no mark of is not fenced either).
+            let mark = fence.mark(shard.index).unwrap_or(0);
+            async move { self.engine.restore(shard, &chunk_jobs, now, mark).await }
         }))
         .await?;
         let mut added = vec![false; jobs.len()];

@@ -39,6 +39,8 @@ pub(super) struct Scripts {
     pub(super) clear: Script,
     /// Checks (and sets) a shard's data epoch.
     pub(super) mark: Script,
+    /// Opens a shard's restore window.
+    pub(super) restoring: Script,
 }
 
 impl Scripts {
@@ -55,6 +57,7 @@ impl Scripts {
             promote: script!("promote.lua", "varint.lua", "record.lua", "topics.lua", "index.lua"),
             clear: script!("clear.lua"),
             mark: Script::new(include_str!("lua/mark.lua")),
+            restoring: script!("restoring.lua", "index.lua"),
         }
     }
 }

@@ -191,14 +191,15 @@ pub async fn check_restore_batch(scheduler: Arc<dyn Scheduler>) {
     let mut jobs: Vec<Job> = (0..300).map(|index| names.job(&format!("j{index}"), &topic, in_ms(60_000))).collect();
     jobs.insert(10, held.clone());
     jobs.insert(20, finished.clone());
-    let added = ok("restore_batch", scheduler.restore_batch(&jobs).await);
+    let fence = ok("open_restore", scheduler.open_restore().await);
+    let added = ok("restore_batch", scheduler.restore_batch(&jobs, &fence).await);
     assert_eq!(added.len(), jobs.len(), "one answer per job");
     for (job, added) in jobs.iter().zip(&added) {
         let expected = job.id != held.id && job.id != finished.id;
         assert_eq!(*added, expected, "job {}", job.id);
     }
     assert_eq!(ok("get", scheduler.get(&finished.id).await), None, "an ended job is not added");
-    let again = ok("restore_batch", scheduler.restore_batch(&jobs).await);
+    let again = ok("restore_batch", scheduler.restore_batch(&jobs, &fence).await);
     assert!(again.iter().all(|added| !added), "a second restore adds nothing");
     let stats = ok("stats", scheduler.stats().await);
     let mine = stats.iter().find(|stats| stats.topic == topic).map(|stats| stats.delay);

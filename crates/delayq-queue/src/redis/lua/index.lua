@@ -119,6 +119,47 @@ local function release_idle_topics(live)
   end
 end
 
+-- Restore windows. A restore reads live jobs from the store, then writes those the
+-- shard lacks back into it; a job another node ends in between (store first, then
+-- this shard) would come back live, and be delivered again, from what the restore
+-- read. So a restore first opens a window (restoring.lua) and notes the Redis time;
+-- while the window is open, every job the shard is told to end is kept in
+-- {p:s}:e with the time of its end, and the restore's write skips any job ended
+-- at or after the time it noted (schedule.lua). Redis time, not the callers'
+-- clocks: the nodes that end jobs and the one that restores may disagree.
+local server_now = nil
+local function server_ms()
+  if server_now == nil then
+    local time = redis.call('TIME')
+    server_now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
+  end
+  return server_now
+end
+
+-- The end of the open restore window (Redis time, ms), or false when none is open.
+local restoring_until = nil
+local function restore_window()
+  if restoring_until == nil then
+    restoring_until = tonumber(redis.call('HGET', M, '@restoring')) or false
+    if restoring_until and restoring_until <= server_ms() then
+      -- Lapsed: no restore can use what it kept.
+      redis.call('HDEL', M, '@restoring')
+      redis.call('DEL', BASE .. 'e')
+      restoring_until = false
+    end
+  end
+  return restoring_until
+end
+
+-- Notes that the caller ended job `id` (or is ending it), for restores under way.
+local function note_end(id)
+  if restore_window() then
+    redis.call('ZADD', BASE .. 'e', server_ms(), id)
+    -- What it keeps goes with the window, should no later call clear it.
+    redis.call('PEXPIREAT', BASE .. 'e', string.format('%.0f', restoring_until))
+  end
+end
+
 -- Writes the counts, frees idle topics, publishes what this call changed,
 -- and returns the signals for the caller's own node: wake due (or false),
 -- readied topics.

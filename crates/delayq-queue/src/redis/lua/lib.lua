@@ -21,9 +21,12 @@
 --                                           with (mark.lua); its absence means the shard lost its data
 --                          @fence @fence_at the highest leader epoch a promote round carried,
 --                                           and when (promote.lua)
+--                          @restoring       the Redis time (ms) until which the shard keeps the
+--                                           jobs it ends in {p:s}:e (restoring.lua)
 --                          ('#' and '@' are outside the topic charset, so fields never collide)
 -- Ready queues {p:s}:r:<topic> (ZSET, score = priority * 2^43 + run_at) are derived from KEYS[1]
--- and share its hash tag.
+-- and share its hash tag, as does {p:s}:e (ZSET, member = id, score = the Redis time of its
+-- end): the jobs the shard was told to end while a restore window was open (index.lua).
 -- Common ARGV:
 --   ARGV[1] origin: the calling scheduler instance, echoed in published messages
 --   ARGV[2] now: the caller's wall clock in epoch ms
@@ -55,6 +58,9 @@ local SHARD = ARGV[4]
 local DELAY, READY, RESERVED, DEAD, EXPIRED = 0, 1, 2, 5, 6
 local LETTERS = 'drx' -- count field prefix by state (delay, ready, reserved)
 local PRIORITY_WEIGHT = 8796093022208 -- 2^43 ms, about 278 years
+-- How long a restore may take from opening its window (before it reads the store) to
+-- writing what it read back (restoring.lua, schedule.lua), in ms of Redis time.
+local RESTORE_WINDOW = 60000
 
 local floor, byte, char, sub = math.floor, string.byte, string.char, string.sub
 

@@ -3,6 +3,7 @@
 --   reserved -> ready with attempt + 1 and run_at = the ttr deadline, or dead (removed)
 --               when out of retries (attempt - 1 >= max_retries)
 --   ready    -> expired (removed): its ttl passed unpopped
+--   (the ends, dead and expired, are noted for restores under way, index.lua)
 -- KEYS: the common three (lib.lua).
 -- ARGV[5] the most entries to apply (0: only report the next due instant)
 -- ARGV[6] the caller's leader epoch (0: not fenced). Rounds record it in M ('@fence',
@@ -58,10 +59,12 @@ if limit > 0 then
         report(id, topic, rec, READY)
       elseif h.state == RESERVED then
         redis.call('HDEL', J, id)
+        note_end(id)
         report(id, topic, rec, DEAD)
       else
         redis.call('ZREM', BASE .. 'r:' .. topic, id)
         redis.call('HDEL', J, id)
+        note_end(id)
         report(id, topic, rec, EXPIRED)
       end
     end

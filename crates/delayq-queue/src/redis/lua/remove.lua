@@ -5,11 +5,14 @@
 -- Returns: one reply per job, in order:
 --   { 'ok', topic, record as it was } | { 'nf' } | { 'ws', state } | { 'wa', current attempt }
 -- (A job named twice is removed by the first and not found by the second.)
+-- Every job removed, and every one not found (its caller ended it in the store, and
+-- the shard may only have lost it), is noted for restores under way (index.lua).
 local out = {}
 for i = 5, #ARGV, 3 do
   local id = ARGV[i]
   local rec = redis.call('HGET', J, id)
   if not rec then
+    note_end(id)
     out[#out + 1] = { 'nf' }
   else
     local state, code = peek(rec)
@@ -22,6 +25,7 @@ for i = 5, #ARGV, 3 do
       local topic = topic_name(code)
       detach(id, state, topic)
       redis.call('HDEL', J, id)
+      note_end(id)
       out[#out + 1] = { 'ok', topic, rec }
     end
   end

@@ -1,13 +1,17 @@
 -- schedule.lua: adds jobs the shard does not hold yet (schedule, schedule_batch, restore).
 -- KEYS: the common three (lib.lua).
--- ARGV[5]: k, the number of (topic, code) pairs that follow: the topic codes the
+-- ARGV[5]: the restore fence: 0 for a push; for a restore, the Redis time its window
+--   was opened at before it read the store (restoring.lua). A job the shard was told to
+--   end at or after that time is not added back (index.lua); a restore whose window has
+--   lapsed is refused as a whole.
+-- ARGV[6]: k, the number of (topic, code) pairs that follow: the topic codes the
 --   caller believes this shard has given the topics of the call. With k = 0, the
 --   records come without a topic code and this script splices it in after the
 --   first byte; with k > 0 they carry it already, which saves copying each
 --   record twice here. The pairs are checked first: a code the shard no longer
 --   gives the topic (freed with the topic's last job, or the shard lost its
 --   metadata) is replaced in that topic's records by the shard's code.
--- ARGV[6 .. 5 + 2k]: the pairs. Then five per job:
+-- ARGV[7 .. 6 + 2k]: the pairs. Then five per job:
 --   id       encoded id (the pool field)
 --   topic    topic name
 --   record   job record (with or without its topic code, as above); its state (delay or
@@ -16,20 +20,24 @@
 --   score    run_at when delayed; priority * 2^43 + run_at when ready; the ttr
 --            deadline when reserved
 --   expiry   run_at + ttl for a ready job with a ttl, else 0
--- Returns: { {1 added | 0 already held, ...}, wake due or nil, {readied topics},
+-- Returns: { {1 added | 0 already held (or ended since the fence), ...}, wake due or nil, {readied topics},
 --            {topic, code, ...} of the call's topics when k = 0, else of those
 --            whose pair did not hold; a topic left without a job is left out }
 -- (The first job's topic code and @next are read in one HMGET: a single push costs
 -- four commands: HMGET, HSETNX, ZADD, HINCRBY.)
-local pair_count = tonumber(ARGV[5])
-local first_job = 6 + 2 * pair_count
+local fence = tonumber(ARGV[5])
+if fence > 0 and not (restore_window() and server_ms() < fence + RESTORE_WINDOW) then
+  return redis.error_reply('RESTORE_LAPSED: the restore window opened at ' .. ARGV[5] .. ' has closed')
+end
+local pair_count = tonumber(ARGV[6])
+local first_job = 7 + 2 * pair_count
 -- One read for the first topic's code and the announced earliest instant.
 local first_topic = ARGV[first_job + 1]
 local known = redis.call('HMGET', M, '#n' .. first_topic, '@next')
 held_code(first_topic, known[1])
 announced_due = known[2] and tonumber(known[2]) or false
 local recoded = {}
-for p = 6, first_job - 1, 2 do
+for p = 7, first_job - 1, 2 do
   if held_code(ARGV[p]) ~= tonumber(ARGV[p + 1]) then
     recoded[ARGV[p]] = true
   end
@@ -54,7 +62,12 @@ for i = first_job, #ARGV, 5 do
   elseif recoded[topic] then
     rec = recode(rec, topic_code(topic))
   end
-  if redis.call('HSETNX', J, id, rec) == 0 then
+  local ended = fence > 0 and redis.call('ZSCORE', BASE .. 'e', id)
+  if ended and tonumber(ended) >= fence then
+    -- Ended since the restore read the store: what it read is stale.
+    added[#added + 1] = 0
+    note_topic(topic)
+  elseif redis.call('HSETNX', J, id, rec) == 0 then
     added[#added + 1] = 0
     -- The topic may have got its code in this call and hold no job: done() looks.
     note_topic(topic)
