@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs the README's benchmark session: three interleaved repetitions of the Redis
 # ceiling (pipeline 1 and 64), the HTTP floor (refused /push requests) on Redis, W1
-# /push and /push/batch on Redis with the store on SQLite, W1 /push/batch with the
-# store on MariaDB, and W2 on Redis; then W1 and W2
-# on the embedded server; W1 (single and batch) and W2 over gRPC on Redis, once each;
-# W3 and W4 on Redis. Every server is fresh and every Redis and MariaDB database
+# /push and /push/batch and W2 on Redis with the store on SQLite, and the same three
+# with the store on MariaDB; then W1 and W2 on the embedded server; W1 (single and
+# batch) and W2 over gRPC on Redis, once each; W3 and W4 on Redis, and on Redis +
+# MariaDB. W2 consumers finish what they popped before popping again (WORKLOADS.md
+# step 6). Every server is fresh and every Redis and MariaDB database
 # emptied before its run (the Redis is FLUSHALLed: use one that holds nothing else).
 #
 # Usage: session.sh [OUT_DIR]   (default ./bench-session; one .json and .txt per run)
@@ -54,9 +55,13 @@ for rep in 1 2 3; do
   fi
   flush_redis; run "push-single-$rep" env DELAYQ_REDIS_URL="$R" "$S" push --mode single --redis-url "$R"
   flush_redis; run "push-batch-$rep" env DELAYQ_REDIS_URL="$R" "$S" push --mode batch --redis-url "$R"
+  flush_redis; run "lateness-$rep" env DELAYQ_REDIS_URL="$R" "$S" lateness --redis-url "$R"
+  fresh_mysql; flush_redis
+  run "push-single-mariadb-$rep" env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" push --mode single --redis-url "$R"
   fresh_mysql; flush_redis
   run "push-batch-mariadb-$rep" env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" push --mode batch --redis-url "$R"
-  flush_redis; run "lateness-$rep" env DELAYQ_REDIS_URL="$R" "$S" lateness --redis-url "$R"
+  fresh_mysql; flush_redis
+  run "lateness-mariadb-$rep" env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" lateness --redis-url "$R"
 done
 run embedded-push-single "$S" push --mode single
 run embedded-push-batch "$S" push --mode batch
@@ -67,5 +72,9 @@ flush_redis; run grpc-lateness env DELAYQ_REDIS_URL="$R" "$S" lateness --transpo
 flush_redis; run memory env DELAYQ_REDIS_URL="$R" "$S" memory --redis-url "$R"
 flush_redis; run memory-1m env DELAYQ_REDIS_URL="$R" "$S" memory --n 1000000 --redis-url "$R"
 flush_redis; run burst env DELAYQ_REDIS_URL="$R" "$S" burst --redis-url "$R"
+fresh_mysql; flush_redis
+run memory-mariadb env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" memory --redis-url "$R"
+fresh_mysql; flush_redis
+run burst-mariadb env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" burst --redis-url "$R"
 echo
 "$B" summarize "$out" --json "$out/summary.json"

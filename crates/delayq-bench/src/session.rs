@@ -55,8 +55,10 @@ const REPEATED: &[Repeated] = &[
         baselines: &[Baseline::Series("ceiling1"), Baseline::Peer("single"), Baseline::Series("floor")],
     },
     Repeated { name: "push-batch", baselines: &[Baseline::Series("ceiling64"), Baseline::Peer("batch")] },
-    Repeated { name: "push-batch-mariadb", baselines: &[Baseline::Series("ceiling64"), Baseline::Peer("batch")] },
     Repeated { name: "lateness", baselines: &[] },
+    Repeated { name: "push-single-mariadb", baselines: &[Baseline::Series("ceiling1"), Baseline::Peer("single")] },
+    Repeated { name: "push-batch-mariadb", baselines: &[Baseline::Series("ceiling64"), Baseline::Peer("batch")] },
+    Repeated { name: "lateness-mariadb", baselines: &[] },
 ];
 
 /// The runs made once.
@@ -70,6 +72,8 @@ const ONCE: &[&str] = &[
     "memory",
     "memory-1m",
     "burst",
+    "memory-mariadb",
+    "burst-mariadb",
 ];
 
 /// The metrics shown, in this order, where a run has them.
