@@ -11,6 +11,7 @@
 //! - [`job`]: the [`Job`] record and its retry arithmetic.
 //! - [`push`]: parsing and validating a push request ([`PushRequest`]).
 //! - [`error`]: [`ErrorKind`], the one classification of failures.
+//! - [`auth`]: bearer tokens, compared in constant time ([`auth::Tokens`]).
 //! - [`redact`]: hiding secrets (URL passwords, secret-looking keys) in what is printed.
 
 // Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
@@ -19,6 +20,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
 )]
 
+pub mod auth;
 pub mod error;
 pub mod job;
 pub mod name;

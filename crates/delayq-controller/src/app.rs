@@ -8,6 +8,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post, MethodRouter};
 use axum::{Extension, Router};
+use delayq_common::auth::Tokens;
 use delayq_queue::DelayQueue;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
@@ -57,11 +58,6 @@ impl ControllerConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             metrics,
         }
-    }
-
-    /// Returns whether requests must carry a token.
-    pub fn auth_enabled(&self) -> bool {
-        !self.tokens.is_empty() || !self.admin_tokens.is_empty()
     }
 }
 
@@ -134,6 +130,8 @@ pub struct SharedState {
     pub(crate) queue: Arc<DelayQueue>,
     /// Auth, limits and the metrics handle.
     pub(crate) config: Arc<ControllerConfig>,
+    /// The digests of the configured tokens.
+    pub(crate) tokens: Tokens,
     /// The current role, for `/stats`.
     pub(crate) role: RoleProvider,
 }
@@ -151,7 +149,8 @@ impl AppState {
     pub fn new(queue: Arc<DelayQueue>, config: ControllerConfig) -> AppState {
         let standalone = RoleInfo { role: Role::Standalone, leader: None, members: Vec::new(), coordinator: None };
         let role: RoleProvider = Arc::new(move || standalone.clone());
-        AppState { shared: Arc::new(SharedState { queue, config: Arc::new(config), role }) }
+        let tokens = Tokens::new(&config.tokens, &config.admin_tokens);
+        AppState { shared: Arc::new(SharedState { queue, config: Arc::new(config), tokens, role }) }
     }
 
     /// Replaces the role provider.

@@ -73,7 +73,7 @@ where
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let rules = rules_for(request.uri().path(), &self.policy.limits);
         let authorization = request.headers().get(AUTHORIZATION).map(http::HeaderValue::as_bytes);
-        if let Err(refusal) = self.policy.tokens.check(authorization, rules.access) {
+        if let Err(refusal) = crate::auth::check(&self.policy.tokens, authorization, rules.access) {
             // The body is dropped unread: the client's upload is cut off by
             // the end of the stream.
             return Either::Left(ready(Ok(refusal.into_http())));
