@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Timestamp};
+use delayq_common::{Job, JobId, Timestamp};
 use sqlx::error::ErrorKind;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, QueryBuilder, Sqlite, SqliteConnection};
