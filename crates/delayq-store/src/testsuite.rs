@@ -59,6 +59,7 @@ macro_rules! store_conformance {
             check_ended_jobs_never_move,
             check_live_jobs_never_go_back,
             check_changes_of_a_job_within_one_write,
+            check_results_within_one_write,
             check_journal_is_ordered_with_durable_writes,
             check_list_orders_and_pages,
             check_live_jobs_pages_by_id,

@@ -5,6 +5,8 @@
 //! InnoDB roll back that statement only, never the transaction, so the chunk is
 //! then replayed row by row to judge each job alone.
 
+use std::collections::{HashMap, HashSet};
+
 use async_trait::async_trait;
 use delayq_common::{Job, JobId, JobState, Timestamp};
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlQueryResult};
@@ -17,7 +19,7 @@ use super::rows::{
     JOB_COLUMN_COUNT,
 };
 use crate::store::{BoxError, StateChange, StoreError};
-use crate::writer::{moves_forward, BatchDialect, LogRow};
+use crate::writer::{collapse, moves_forward, BatchDialect, LogRow};
 
 /// The row counts of multi-row statements, largest first; a batch is cut into
 /// chunks of these sizes, so that a few prepared statements (cached per
@@ -56,6 +58,22 @@ const CHANGE_STATE: &str = concat!(
 );
 
 const IS_LIVE: &str = "SELECT is_live FROM job WHERE id = ?";
+/// Locks and reads the rows of the ids of a run of state changes (followed by
+/// `?, ?, …)`): which are live, and the topics that count the jobs the run
+/// ends. By primary key alone: with `is_live` in the condition the optimizer
+/// may walk the index of every live row.
+const LOCK_LIVE_HEAD: &str = "SELECT id, topic, is_live FROM job WHERE id IN (";
+/// Moves many live jobs forward at once: the changes are a derived table of
+/// `SELECT ? AS id, … UNION ALL SELECT ?, …` (one row per job), joined on the
+/// primary key. Same rule as [`CHANGE_STATE`]: ended jobs never move, live
+/// jobs only forward. `STRAIGHT_JOIN` makes the changes drive the join: left
+/// to itself, the optimizer may walk every live row and probe the changes.
+const CHANGE_STATES_HEAD: &str = "UPDATE (";
+const CHANGE_STATES_TAIL: &str = concat!(
+    ") AS v STRAIGHT_JOIN job ON job.id = v.id SET job.status = v.status, job.attempt = v.attempt, job.run_at = v.run_at, \
+     job.update_time = v.update_time, job.result = v.result WHERE job.is_live = 1 AND ",
+    moves_forward!("job.status", "job.attempt", "v.status", "v.attempt")
+);
 const SELECT_LIVE_FOR_UPDATE: &str = "SELECT id, attempt, topic FROM job WHERE is_live = 1 ORDER BY id FOR UPDATE";
 /// The ended row an insert is about to overwrite, for the ended counts.
 const SELECT_ENDED_FOR_UPDATE: &str = "SELECT topic, status FROM job WHERE id = ? AND is_live = 0 FOR UPDATE";
@@ -79,6 +97,10 @@ pub(super) struct MysqlDialect {
     insert_jobs_sql: Vec<String>,
     /// `INSERT INTO job_log` with `CHUNK_SIZES[i]` rows.
     insert_log_sql: Vec<String>,
+    /// [`LOCK_LIVE_HEAD`] with `CHUNK_SIZES[i]` ids.
+    lock_live_sql: Vec<String>,
+    /// [`CHANGE_STATES_HEAD`] with `CHUNK_SIZES[i]` changes.
+    change_states_sql: Vec<String>,
 }
 
 impl MysqlDialect {
@@ -111,6 +133,8 @@ impl MysqlDialect {
             max_packet_bytes,
             insert_jobs_sql,
             insert_log_sql,
+            lock_live_sql: CHUNK_SIZES.iter().map(|&rows| lock_live(rows)).collect(),
+            change_states_sql: CHUNK_SIZES.iter().map(|&rows| change_states(rows)).collect(),
         }
     }
 
@@ -296,6 +320,65 @@ impl BatchDialect for MysqlDialect {
         Ok(live == Some(1))
     }
 
+    async fn change_states(&self, tx: &mut Self::Tx, changes: &[&StateChange]) -> Result<Vec<bool>, BoxError> {
+        // The changes of one job collapse into the one that decides its row;
+        // the rest go out as multi-row statements of the fixed chunk sizes,
+        // two round trips per chunk instead of one or two per change.
+        let (decisive, slots) = collapse(changes);
+        let mut live: HashSet<&str> = HashSet::with_capacity(decisive.len());
+        let mut rest: &[&StateChange] = &decisive;
+        while !rest.is_empty() {
+            // The last size is 1, which every non-empty rest fills.
+            let Some((level, &size)) = CHUNK_SIZES.iter().enumerate().find(|&(_, &size)| size <= rest.len()) else {
+                break;
+            };
+            let (chunk, after) = rest.split_at(size);
+            rest = after;
+            if let [change] = chunk {
+                if self.change_state(tx, change).await? {
+                    live.insert(change.id.as_str());
+                }
+                continue;
+            }
+            // MariaDB has no UPDATE … RETURNING: lock the live rows, read them, then move them.
+            let mut lock = sqlx::query_as(statement(&self.lock_live_sql, level)?);
+            for change in chunk {
+                lock = lock.bind(change.id.as_str());
+            }
+            let rows: Vec<(Text, Text, i8)> = within(lock.fetch_all(&mut tx.connection)).await?;
+            let topics: HashMap<String, String> = rows
+                .into_iter()
+                .filter(|&(_, _, is_live)| is_live == 1)
+                .map(|(Text(id), Text(topic), _)| (id, topic))
+                .collect();
+            let mut update = sqlx::query(statement(&self.change_states_sql, level)?);
+            for change in chunk {
+                update = update
+                    .bind(change.id.as_str())
+                    .bind(change.state.as_str())
+                    .bind(i64::from(change.attempt))
+                    .bind(epoch_ms(change.run_at))
+                    .bind(epoch_ms(change.at))
+                    .bind(change.result.as_deref());
+            }
+            within(update.execute(&mut tx.connection)).await?;
+            for change in chunk {
+                let Some(topic) = topics.get(change.id.as_str()) else { continue };
+                live.insert(change.id.as_str());
+                // An ending change always applies to a live row.
+                if !change.state.is_live() {
+                    tx.count(topic, change.state, 1);
+                }
+            }
+        }
+        Ok(slots
+            .into_iter()
+            .map(|slot| {
+                slot.and_then(|index| decisive.get(index)).is_some_and(|change| live.contains(change.id.as_str()))
+            })
+            .collect())
+    }
+
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {
         // MariaDB has no UPDATE … RETURNING: lock the live rows, read them, then move them.
         let rows: Vec<(Text, i64, Text)> =
@@ -401,6 +484,19 @@ fn delete_where_in<'q>(head: &'q str, ids: &[&'q str]) -> QueryBuilder<'q, MySql
 }
 
 /// Builds `prefix (?, …), (?, …), …` with `rows` tuples of `columns` placeholders.
+/// [`LOCK_LIVE_HEAD`] for `rows` ids.
+fn lock_live(rows: usize) -> String {
+    format!("{LOCK_LIVE_HEAD}{}) FOR UPDATE", vec!["?"; rows].join(", "))
+}
+
+/// The multi-row update of `rows` state changes, each bound as id, status,
+/// attempt, run_at, update_time, result.
+fn change_states(rows: usize) -> String {
+    let first = "SELECT ? AS id, ? AS status, ? AS attempt, ? AS run_at, ? AS update_time, ? AS result";
+    let rest = vec![" UNION ALL SELECT ?, ?, ?, ?, ?, ?"; rows.saturating_sub(1)].concat();
+    format!("{CHANGE_STATES_HEAD}{first}{rest}{CHANGE_STATES_TAIL}")
+}
+
 fn multi_row_insert(prefix: &str, columns: usize, rows: usize) -> String {
     let tuple = format!("({})", vec!["?"; columns].join(", "));
     format!("{prefix}{}", vec![tuple.as_str(); rows].join(", "))

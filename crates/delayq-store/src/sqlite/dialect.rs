@@ -1,11 +1,11 @@
 //! The SQLite statements of the group-commit writer.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Timestamp};
+use delayq_common::{Job, JobId, Timestamp};
 use sqlx::error::ErrorKind;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, QueryBuilder, Sqlite, SqliteConnection};
@@ -13,7 +13,7 @@ use sqlx::{Connection, Executor, QueryBuilder, Sqlite, SqliteConnection};
 use super::bulk;
 use super::rows::{bind_job, epoch_ms, job_columns, live_states, number};
 use crate::store::{BoxError, StateChange, StoreError};
-use crate::writer::{moves_forward, BatchDialect, LogRow};
+use crate::writer::{collapse, moves_forward, BatchDialect, LogRow};
 
 /// The conflict clause of a job insert, setting `status` to the given SQL
 /// (a comma-separated list of string literals and macro calls): a push
@@ -160,54 +160,6 @@ const LIVE_HOLDER_OF_BIZ_KEY: &str =
 
 /// History rows per multi-row insert (6 parameters each, far below SQLite's 32766).
 const LOG_ROWS_PER_STATEMENT: usize = 512;
-
-/// Collapses a run of state changes into one per job: the change that leaves the
-/// row as applying them one by one would ([`moves_forward`]): the first ending
-/// change of the job if it has one, else its most advanced live change (a later
-/// attempt, else a later state; the later change on a tie). Returns those, in
-/// order of each job's first change, and for each change of `changes` the index
-/// of its job's decisive change, or `None` when an earlier change of the job
-/// ended it: such a change never applies. Every other change applies exactly
-/// when its job was live, which is what the decisive change's update reports.
-fn collapse<'c>(changes: &[&'c StateChange]) -> (Vec<&'c StateChange>, Vec<Option<usize>>) {
-    /// Where a job's decisive change is, and whether that change ends the job.
-    struct Decided {
-        index: usize,
-        ended: bool,
-    }
-    let rank = |change: &StateChange| {
-        let state = match change.state {
-            JobState::Delay => 0,
-            JobState::Ready => 1,
-            _ => 2,
-        };
-        (change.attempt, state)
-    };
-    let mut decisive: Vec<&StateChange> = Vec::with_capacity(changes.len());
-    let mut slots = Vec::with_capacity(changes.len());
-    let mut jobs: HashMap<&str, Decided> = HashMap::with_capacity(changes.len());
-    for &change in changes {
-        let ends = !change.state.is_live();
-        match jobs.get_mut(change.id.as_str()) {
-            None => {
-                jobs.insert(change.id.as_str(), Decided { index: decisive.len(), ended: ends });
-                slots.push(Some(decisive.len()));
-                decisive.push(change);
-            }
-            Some(decided) if decided.ended => slots.push(None),
-            Some(decided) => {
-                if let Some(current) = decisive.get_mut(decided.index) {
-                    if ends || rank(change) >= rank(current) {
-                        *current = change;
-                        decided.ended = ends;
-                    }
-                }
-                slots.push(Some(decided.index));
-            }
-        }
-    }
-    (decisive, slots)
-}
 
 /// The SQLite side of the writer: its one connection and who writes.
 ///

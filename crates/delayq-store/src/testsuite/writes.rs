@@ -93,6 +93,36 @@ pub async fn check_changes_of_a_job_within_one_write(store: Arc<dyn JobStore>) {
     assert_eq!(get_ok(&*store, &untouched.id).await.state, JobState::Ready);
 }
 
+/// A run of changes of many jobs in one write: each job keeps its own result,
+/// whole, whatever the results of the jobs written beside it (none, short, long).
+pub async fn check_results_within_one_write(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("results");
+    let jobs: Vec<Job> = (0..40).map(|_| sample_job(&unique_name("results"), &topic)).collect();
+    assert!(store.insert(jobs.clone()).await.expect("insert").iter().all(Result::is_ok));
+    let now = Timestamp::now();
+    let long = "ünï ✓ ".repeat(2_000);
+    let result_of = |index: usize| match index % 3 {
+        0 => None,
+        1 => Some(format!("{index}")),
+        _ => Some(format!("{index} {long}")),
+    };
+    let changes: Vec<StateChange> = jobs
+        .iter()
+        .enumerate()
+        .map(|(index, job)| {
+            let mut finished = change(job, JobState::Finished, now);
+            finished.result = result_of(index);
+            finished
+        })
+        .collect();
+    store.record(changes).await.expect("record");
+    for (index, job) in jobs.iter().enumerate() {
+        let row = get_ok(&*store, &job.id).await;
+        assert_eq!(row.state, JobState::Finished);
+        assert_eq!(row.result, result_of(index), "the result of job {index}");
+    }
+}
+
 /// A second insert with the id of a live job is refused and changes nothing.
 pub async fn check_duplicate_live_id_is_refused(store: Arc<dyn JobStore>) {
     let topic = unique_topic("dup-id");

@@ -61,6 +61,7 @@ pub(crate) use moves_forward;
 mod hold;
 mod task;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -102,6 +103,54 @@ pub(crate) fn written_lines<'j, D: BatchDialect + ?Sized>(
         .zip(outcomes)
         .filter(move |(_, outcome)| !logs_itself && outcome.is_ok())
         .map(|(job, _)| LogRow::of(job))
+}
+
+/// Collapses a run of state changes into one per job: the change that leaves the
+/// row as applying them one by one would ([`moves_forward`]): the first ending
+/// change of the job if it has one, else its most advanced live change (a later
+/// attempt, else a later state; the later change on a tie). Returns those, in
+/// order of each job's first change, and for each change of `changes` the index
+/// of its job's decisive change, or `None` when an earlier change of the job
+/// ended it: such a change never applies. Every other change applies exactly
+/// when its job was live, which is what the decisive change's update reports.
+pub(crate) fn collapse<'c>(changes: &[&'c StateChange]) -> (Vec<&'c StateChange>, Vec<Option<usize>>) {
+    /// Where a job's decisive change is, and whether that change ends the job.
+    struct Decided {
+        index: usize,
+        ended: bool,
+    }
+    let rank = |change: &StateChange| {
+        let state = match change.state {
+            JobState::Delay => 0,
+            JobState::Ready => 1,
+            _ => 2,
+        };
+        (change.attempt, state)
+    };
+    let mut decisive: Vec<&StateChange> = Vec::with_capacity(changes.len());
+    let mut slots = Vec::with_capacity(changes.len());
+    let mut jobs: HashMap<&str, Decided> = HashMap::with_capacity(changes.len());
+    for &change in changes {
+        let ends = !change.state.is_live();
+        match jobs.get_mut(change.id.as_str()) {
+            None => {
+                jobs.insert(change.id.as_str(), Decided { index: decisive.len(), ended: ends });
+                slots.push(Some(decisive.len()));
+                decisive.push(change);
+            }
+            Some(decided) if decided.ended => slots.push(None),
+            Some(decided) => {
+                if let Some(current) = decisive.get_mut(decided.index) {
+                    if ends || rank(change) >= rank(current) {
+                        *current = change;
+                        decided.ended = ends;
+                    }
+                }
+                slots.push(Some(decided.index));
+            }
+        }
+    }
+    (decisive, slots)
 }
 
 /// The statements of one SQL dialect, each run inside the batch transaction.
