@@ -21,10 +21,33 @@ use super::rows::{
 use crate::store::{BoxError, StateChange, StoreError};
 use crate::writer::{collapse, moves_forward, BatchDialect, LogRow};
 
-/// The row counts of multi-row statements, largest first; a batch is cut into
-/// chunks of these sizes, so that a few prepared statements (cached per
-/// connection) serve every batch: n < 256 rows take one statement per bit of n.
-const CHUNK_SIZES: [usize; 9] = [256, 128, 64, 32, 16, 8, 4, 2, 1];
+/// Up to this many rows, a run of writes goes out as one statement of exactly
+/// its size.
+const EXACT_CHUNKS_UP_TO: usize = 64;
+/// The row counts of multi-row statements, largest first: 256, 128, then every
+/// count from [`EXACT_CHUNKS_UP_TO`] down to 1. A batch is cut into chunks of
+/// these sizes, so that a bounded set of prepared statements (cached on the
+/// writer's connection) serves every batch, and the commits of single pushes
+/// and acks, which carry a few dozen writes each, take one statement per kind
+/// of write instead of one per bit of their count: each statement is a round
+/// trip the whole commit waits for.
+const CHUNK_SIZES: [usize; EXACT_CHUNKS_UP_TO + 2] = chunk_sizes();
+/// Statements the writer's connection keeps prepared: every size of each
+/// multi-row statement, and the few others.
+pub(super) const WRITER_STATEMENT_CACHE: usize = 4 * CHUNK_SIZES.len() + 64;
+
+#[allow(clippy::indexing_slicing, reason = "constant evaluation: an index out of bounds fails the build")]
+const fn chunk_sizes() -> [usize; EXACT_CHUNKS_UP_TO + 2] {
+    let mut sizes = [0; EXACT_CHUNKS_UP_TO + 2];
+    sizes[0] = 256;
+    sizes[1] = 128;
+    let mut index = 0;
+    while index < EXACT_CHUNKS_UP_TO {
+        sizes[index + 2] = EXACT_CHUNKS_UP_TO - index;
+        index += 1;
+    }
+    sizes
+}
 /// The most bytes of values one multi-row insert carries (at most half the
 /// server's `max_allowed_packet`, which is 16 MiB by default on MariaDB).
 const MAX_STATEMENT_BYTES: usize = 4 << 20;

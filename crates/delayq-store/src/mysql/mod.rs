@@ -104,7 +104,12 @@ impl MysqlStore {
                 .await
                 .map_err(unavailable)?;
         let max_packet_bytes = usize::try_from(max_packet_bytes).unwrap_or(usize::MAX);
-        let dialect = MysqlDialect::new(WriterConnection::new(options), node, host_name(), max_packet_bytes);
+        let dialect = MysqlDialect::new(
+            WriterConnection::new(options.statement_cache_capacity(dialect::WRITER_STATEMENT_CACHE)),
+            node,
+            host_name(),
+            max_packet_bytes,
+        );
         let writer = GroupCommitWriter::spawn(dialect, store_options.journal_max);
         let retention = RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
         Ok(MysqlStore {
