@@ -26,8 +26,12 @@ use super::task::Write;
 use crate::store::StateChange;
 
 /// The longest a journal entry waits for its job's next write before it
-/// commits anyway (with whatever commits next).
-pub(super) const JOURNAL_HOLD: Duration = Duration::from_millis(10);
+/// commits anyway (with whatever commits next). Long enough for a worker that
+/// finishes the jobs of one pop one after another, each ack waiting for a
+/// commit: were its later jobs' `reserved` entries to commit alone, each
+/// commit would write more, take longer and let even more entries miss their
+/// ack, until the acks fall behind.
+pub(super) const JOURNAL_HOLD: Duration = Duration::from_millis(100);
 
 /// The journal entries held back, oldest first.
 #[derive(Default)]
