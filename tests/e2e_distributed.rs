@@ -10,19 +10,10 @@ use std::time::Duration;
 use common::{now_ms, unique_name, Client, Server};
 use delayq_testkit::service;
 use serde_json::{json, Value};
-use sqlx::Connection;
 
 const JOBS: usize = 50_000;
 const CONSUMERS_PER_NODE: usize = 4;
 const TTR_MS: u64 = 60_000;
-
-/// A fresh database on the test server; returns its URL.
-async fn fresh_database(root_url: &str, name: &str) -> String {
-    let mut connection = sqlx::MySqlConnection::connect(root_url).await.expect("connect to mariadb");
-    sqlx::query(&format!("CREATE DATABASE `{name}`")).execute(&mut connection).await.expect("create database");
-    let base = root_url.rsplit_once('/').map(|(base, _)| base).expect("url has a database");
-    format!("{base}/{name}")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_deliver_every_job_exactly_once() {
@@ -31,7 +22,7 @@ async fn two_nodes_deliver_every_job_exactly_once() {
         return;
     };
     let name = unique_name("dq_e2e_two_nodes");
-    let database_url = fresh_database(&mysql_url, &name).await;
+    let database_url = common::fresh_database(&mysql_url, &name, None).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut nodes = Vec::new();
     for node in ["a", "b"] {

@@ -27,20 +27,6 @@ const TTR_MS: u64 = 30_000;
 /// When each job was handed to a consumer.
 type Deliveries = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
 
-/// A fresh database on the test server; returns its URL (through `host_port` when given).
-async fn fresh_database(root_url: &str, name: &str, host_port: Option<&str>) -> String {
-    let mut connection = sqlx::MySqlConnection::connect(root_url).await.expect("connect to mariadb");
-    sqlx::query(&format!("CREATE DATABASE `{name}`")).execute(&mut connection).await.expect("create database");
-    let base = root_url.rsplit_once('/').map(|(base, _)| base).expect("url has a database");
-    match host_port {
-        None => format!("{base}/{name}"),
-        Some(host_port) => {
-            let (scheme_user, _) = base.rsplit_once('@').expect("url names a user");
-            format!("{scheme_user}@{host_port}/{name}")
-        }
-    }
-}
-
 /// A private `redis-server` on a port of its own, killed when dropped.
 struct RedisProcess {
     child: Child,
@@ -293,7 +279,7 @@ async fn flushall_halfway_loses_no_job() {
     const JOBS: usize = 10_000;
     let Some(mysql_url) = service("DELAYQ_TEST_MYSQL_URL") else { return };
     let name = unique_name("dq_e2e_flushall");
-    let database_url = fresh_database(&mysql_url, &name, None).await;
+    let database_url = common::fresh_database(&mysql_url, &name, None).await;
     let redis = RedisProcess::start(free_port());
     let redis_url = redis.url();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -357,7 +343,7 @@ async fn mariadb_outage_refuses_pushes_and_loses_nothing() {
     };
     let proxy = Proxy::start("127.0.0.1:3306").await;
     let name = unique_name("dq_e2e_db_outage");
-    let database_url = fresh_database(&mysql_url, &name, Some(&proxy.address())).await;
+    let database_url = common::fresh_database(&mysql_url, &name, Some(&proxy.address())).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(dir.path(), &node_env(&redis_url, &database_url, &name)).await;
     let client = server.client();
@@ -440,7 +426,7 @@ async fn crash_between_store_and_redis_write_keeps_the_job() {
         return;
     };
     let name = unique_name("dq_e2e_crash");
-    let database_url = fresh_database(&mysql_url, &name, None).await;
+    let database_url = common::fresh_database(&mysql_url, &name, None).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut env = node_env(&redis_url, &database_url, &name);
     env.push(("DELAYQ_FAILPOINT", "push-after-store"));
@@ -478,7 +464,7 @@ async fn crash_between_store_and_redis_write_keeps_the_job() {
 async fn redis_restart_under_load_recovers_without_delayq_restart() {
     let Some(mysql_url) = service("DELAYQ_TEST_MYSQL_URL") else { return };
     let name = unique_name("dq_e2e_redis_restart");
-    let database_url = fresh_database(&mysql_url, &name, None).await;
+    let database_url = common::fresh_database(&mysql_url, &name, None).await;
     let port = free_port();
     let redis = RedisProcess::start(port);
     let redis_url = redis.url();

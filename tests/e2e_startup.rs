@@ -5,39 +5,16 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use common::Server;
 use delayq_rpc::pb::v1 as pb;
 use delayq_rpc::pb::v1::delay_queue_service_client::DelayQueueServiceClient;
 use serde_json::{json, Value};
-use tokio::process::Command;
 use tonic::transport::Channel;
 
 const TOKEN: &str = "e2e-startup-token";
-
-/// Runs `delayq serve` that is expected to stop at start; returns its output.
-async fn run_to_exit(dir: &Path, env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_delayq"));
-    command
-        .arg("serve")
-        .current_dir(dir)
-        .env("DELAYQ_HTTP_ADDR", "127.0.0.1:0")
-        .env("DELAYQ_GRPC_ADDR", "127.0.0.1:0")
-        .env("DELAYQ_DATA_DIR", dir.join("data"))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    tokio::time::timeout(Duration::from_secs(60), command.output())
-        .await
-        .expect("a refused server exits at once instead of serving")
-        .expect("run delayq serve")
-}
 
 /// Asserts the process failed before it listened, and returns its stderr.
 fn refused(output: &Output) -> String {
@@ -110,7 +87,7 @@ async fn push_pop_finish(base_url: &str, topic: &str) {
 #[tokio::test]
 async fn every_interface_without_tokens_is_refused_before_anything_opens() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = run_to_exit(dir.path(), &[("DELAYQ_HTTP_ADDR", "0.0.0.0:0")]).await;
+    let output = common::serve_until_exit(dir.path(), &[("DELAYQ_HTTP_ADDR", "0.0.0.0:0")]).await;
     let stderr = refused(&output);
     for needle in [
         "server.http_addr = 0.0.0.0:0",
@@ -128,7 +105,7 @@ async fn every_interface_without_tokens_is_refused_before_anything_opens() {
 #[tokio::test]
 async fn a_grpc_listener_beyond_loopback_without_tokens_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = run_to_exit(dir.path(), &[("DELAYQ_GRPC_ADDR", "[::]:0")]).await;
+    let output = common::serve_until_exit(dir.path(), &[("DELAYQ_GRPC_ADDR", "[::]:0")]).await;
     let stderr = refused(&output);
     assert!(stderr.contains("server.grpc_addr = [::]:0"), "{stderr}");
     assert!(stderr.contains("auth.tokens"), "{stderr}");
@@ -211,7 +188,7 @@ async fn loopback_without_tokens_serves() {
 #[tokio::test]
 async fn a_malformed_token_list_is_refused_without_quoting_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = run_to_exit(dir.path(), &[("DELAYQ_AUTH__TOKENS", "8675309123")]).await;
+    let output = common::serve_until_exit(dir.path(), &[("DELAYQ_AUTH__TOKENS", "8675309123")]).await;
     let stderr = refused(&output);
     assert!(stderr.contains("auth.tokens"), "{stderr}");
     assert!(!stderr.contains("8675309123"), "the value is quoted: {stderr}");
@@ -231,7 +208,7 @@ async fn sqlite_synchronous_normal_serves_and_fast_is_refused() {
     assert!(server.terminate().await, "server exits cleanly");
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = run_to_exit(dir.path(), &[("DELAYQ_STORE__SQLITE_SYNCHRONOUS", "fast")]).await;
+    let output = common::serve_until_exit(dir.path(), &[("DELAYQ_STORE__SQLITE_SYNCHRONOUS", "fast")]).await;
     let stderr = refused(&output);
     assert!(stderr.contains("store.sqlite_synchronous"), "{stderr}");
     assert!(stderr.contains("full") && stderr.contains("normal"), "the accepted values are listed: {stderr}");

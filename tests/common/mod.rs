@@ -172,3 +172,41 @@ where
     }
     outputs
 }
+
+/// Runs `delayq serve` in `dir` with `env` (on free loopback ports, data in
+/// `dir/data`), expecting it to stop by itself at start; returns its output.
+pub async fn serve_until_exit(dir: &Path, env: &[(&str, &str)]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_delayq"));
+    command
+        .arg("serve")
+        .current_dir(dir)
+        .env("DELAYQ_HTTP_ADDR", "127.0.0.1:0")
+        .env("DELAYQ_GRPC_ADDR", "127.0.0.1:0")
+        .env("DELAYQ_DATA_DIR", dir.join("data"))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("a refused server stops at once instead of serving")
+        .expect("run delayq serve")
+}
+
+/// Creates a fresh database on the MariaDB of `root_url` and returns its URL
+/// (through `host_port` instead of the server's own address when given).
+pub async fn fresh_database(root_url: &str, name: &str, host_port: Option<&str>) -> String {
+    use sqlx::Connection;
+    let mut connection = sqlx::MySqlConnection::connect(root_url).await.expect("connect to mariadb");
+    sqlx::query(&format!("CREATE DATABASE `{name}`")).execute(&mut connection).await.expect("create database");
+    let base = root_url.rsplit_once('/').map(|(base, _)| base).expect("url has a database");
+    match host_port {
+        None => format!("{base}/{name}"),
+        Some(host_port) => {
+            let (scheme_user, _) = base.rsplit_once('@').expect("url names a user");
+            format!("{scheme_user}@{host_port}/{name}")
+        }
+    }
+}
