@@ -8,11 +8,10 @@
 //! benchmark definitions run it for the peers' table: `-c 50 -P {1,64} -r 1e9`,
 //! 200,000 calls at pipeline 1 and 600,000 at a higher one, each call
 //! `EVALSHA <sha> 0 <rand id> <rand score> <100 B body>`. Both the number of
-//! calls and the client matter. On one Redis, minutes apart, 100,000 calls from
-//! this tool's own client (`--driver builtin`) ran 17% faster at pipeline 1 than
-//! the defined run and 23% faster at pipeline 64: a smaller key space is cheaper
-//! to grow. At the defined sizes the own client was as fast at pipeline 1 and
-//! 13–21% slower at pipeline 64.
+//! calls and the client matter: a smaller key space is cheaper to grow, so
+//! fewer calls give a higher ceiling, and this tool's own client
+//! (`--driver builtin`) is not as fast as `redis-benchmark` at high pipelines
+//! (the README's Performance section has the figures).
 //!
 //! The keys carry the run's prefix, so that a run deletes exactly its own; the
 //! prefix makes each job's key about 30 bytes longer than the definitions'

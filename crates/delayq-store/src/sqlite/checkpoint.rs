@@ -30,16 +30,12 @@ pub(super) const INTERVAL: Duration = Duration::from_millis(10);
 /// WAL frames (pages) after which the writer checkpoints inside its commit
 /// (SQLite's default is 1000): 16 MiB, after which the WAL starts over.
 ///
-/// With 65,536 frames and a pass every 100 ms, the WAL never started over in
-/// the lateness benchmark: it grew to 270 MB for a 14 MB database, and the
-/// backstop checkpoint came near the end of the window. With these two values
-/// it stays at 17 MB. In seven interleaved pairs on fresh servers the lateness
-/// p99 was lower in six and equal in one (median 3 against 5 ms; max 7 against
-/// 9 ms) for about 5% more server CPU per job (220 against 210 µs); push
-/// throughput was 2–3% lower, within the noise of three pairs each. 4,096
-/// frames with passes every 100 ms gave p99 4 ms but a longer tail (max 10 ms),
-/// the writer copying up to 100 ms of commits itself. (At 8,192 frames, in a build before this one, commits
-/// that each retried a checkpoint took 15–40 ms; that was not seen here.)
+/// A much larger threshold let the WAL grow without ever starting over (to many
+/// times the database's size, with the page cache it fills), and left the
+/// backstop checkpoint a long copy inside one commit; passes further apart left
+/// the writer more of them to copy itself, a longer tail of lateness. The
+/// measurements behind these two values are in docs/performance.md ("A WAL
+/// that starts over").
 pub(super) const WRITER_THRESHOLD_PAGES: u32 = 4_096;
 
 /// Runs checkpoints while the store is open; aborted when it is dropped.

@@ -365,10 +365,10 @@ impl GroupCommitWriter {
 ///
 /// Every commit is several hops between the task and the database connection,
 /// and every caller of the commit waits for all of them. On the shared runtime
-/// each hop waited its turn behind the request tasks queued on the busy workers:
-/// on two cores under `/push` load a commit took 0.3 ms of wall time for about
-/// 0.1 ms of work. Should the thread or its runtime not start, the task runs on
-/// the current runtime as before.
+/// each hop waited its turn behind the request tasks queued on the busy workers,
+/// so under load a commit spent most of its wall time waiting, not working.
+/// Should the thread or its runtime not start, the task runs on the current
+/// runtime as before.
 fn run_on_own_thread(backend: &'static str, task: impl Future<Output = ()> + Send + 'static) {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
