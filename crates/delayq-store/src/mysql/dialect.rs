@@ -349,14 +349,7 @@ impl BatchDialect for MysqlDialect {
         // two round trips per chunk instead of one or two per change.
         let (decisive, slots) = collapse(changes);
         let mut live: HashSet<&str> = HashSet::with_capacity(decisive.len());
-        let mut rest: &[&StateChange] = &decisive;
-        while !rest.is_empty() {
-            // The last size is 1, which every non-empty rest fills.
-            let Some((level, &size)) = CHUNK_SIZES.iter().enumerate().find(|&(_, &size)| size <= rest.len()) else {
-                break;
-            };
-            let (chunk, after) = rest.split_at(size);
-            rest = after;
+        for (level, chunk) in fixed_chunks(&decisive) {
             if let [change] = chunk {
                 if self.change_state(tx, change).await? {
                     live.insert(change.id.as_str());
@@ -417,14 +410,7 @@ impl BatchDialect for MysqlDialect {
     }
 
     async fn append_log(&self, tx: &mut Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
-        let mut rest = log;
-        while !rest.is_empty() {
-            // The last size is 1, which every non-empty rest fills.
-            let Some((level, &size)) = CHUNK_SIZES.iter().enumerate().find(|&(_, &size)| size <= rest.len()) else {
-                break;
-            };
-            let (chunk, after) = rest.split_at(size);
-            rest = after;
+        for (level, chunk) in fixed_chunks(log) {
             let mut insert = sqlx::query(statement(&self.insert_log_sql, level)?);
             for row in chunk {
                 insert = insert
@@ -476,6 +462,19 @@ impl BatchDialect for MysqlDialect {
     fn is_retryable(&self, error: &BoxError) -> bool {
         is_lock_conflict(error)
     }
+}
+
+/// Cuts `items` into chunks of the [`CHUNK_SIZES`], largest first; yields each
+/// with its index in [`CHUNK_SIZES`] (its statement's level).
+fn fixed_chunks<T>(items: &[T]) -> impl Iterator<Item = (usize, &[T])> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        // The last size is 1, which every non-empty rest fills.
+        let (level, &size) = CHUNK_SIZES.iter().enumerate().find(|&(_, &size)| size <= rest.len())?;
+        let (chunk, after) = rest.split_at(size);
+        rest = after;
+        Some((level, chunk))
+    })
 }
 
 /// Returns the statement built for `CHUNK_SIZES[level]` rows.
@@ -567,6 +566,24 @@ mod tests {
             multi_row_insert("INSERT INTO t (a, b) VALUES ", 2, 3),
             "INSERT INTO t (a, b) VALUES (?, ?), (?, ?), (?, ?)"
         );
+    }
+
+    #[test]
+    fn runs_are_cut_into_exact_chunks_up_to_64_then_powers_of_two() {
+        let sizes = |count: usize| -> Vec<usize> {
+            fixed_chunks(&vec![0u8; count])
+                .map(|(level, chunk)| {
+                    assert_eq!(CHUNK_SIZES[level], chunk.len());
+                    chunk.len()
+                })
+                .collect()
+        };
+        assert_eq!(sizes(0), Vec::<usize>::new());
+        assert_eq!(sizes(1), [1]);
+        assert_eq!(sizes(45), [45]);
+        assert_eq!(sizes(64), [64]);
+        assert_eq!(sizes(100), [64, 36]);
+        assert_eq!(sizes(1_000), [256, 256, 256, 128, 64, 40]);
     }
 
     #[test]
