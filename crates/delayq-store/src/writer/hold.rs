@@ -12,14 +12,18 @@
 //!
 //! Order is kept per job: an entry is held only while no write of its job
 //! commits, and a job's held entries commit before anything newer of it. Only
-//! the order between different jobs' entries changes, which delayq never reads. A
-//! write that is not a state change (insert, replace, delete of all live jobs,
-//! flush, close) and the retry of a failed batch take every held entry along,
-//! in front of them.
+//! the order between different jobs' entries changes, which delayq never reads.
+//! A write somebody waits for takes the held entries of its jobs along, in front
+//! of it: a state change, an insert (an id pushed again once its job ended) or
+//! a replace. Pushes arrive all the time, and were they to take every entry
+//! along, nothing would be held while producers are busy. A deletion of every
+//! live job, a purge, a flush, a close and the retry of a failed batch take
+//! every held entry along.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
+use delayq_common::JobId;
 use tokio::time::Instant;
 
 use super::task::Write;
@@ -62,22 +66,29 @@ impl Held {
         closing: bool,
         now: Instant,
     ) -> Vec<Write> {
-        let only_state_changes = fresh.iter().all(|write| matches!(write, Write::Record { .. }));
+        let takes_everything = fresh.iter().any(|write| {
+            matches!(write, Write::DeleteAllLive { .. } | Write::Purge { .. } | Write::Flush { .. } | Write::Close { .. })
+        });
         let mut out = Vec::with_capacity(fresh.len() + 1);
-        if closing || !retained.is_empty() || !only_state_changes {
+        if closing || !retained.is_empty() || takes_everything {
             out.extend(retained);
             out.extend(self.take_all());
             out.extend(fresh);
             return out;
         }
-        let awaited: HashSet<_> = fresh
-            .iter()
-            .filter_map(|write| match write {
-                Write::Record { changes, reply: Some(_) } => Some(changes.iter().map(|change| change.id.clone())),
-                _ => None,
-            })
-            .flatten()
-            .collect();
+        let mut awaited: HashSet<JobId> = HashSet::new();
+        for write in &fresh {
+            match write {
+                Write::Record { changes, reply: Some(_) } => {
+                    awaited.extend(changes.iter().map(|change| change.id.clone()));
+                }
+                Write::Insert { jobs, .. } => awaited.extend(jobs.iter().map(|job| job.id.clone())),
+                Write::Replace { job, .. } => {
+                    awaited.insert(job.id.clone());
+                }
+                _ => {}
+            }
+        }
         let (due, kept): (VecDeque<_>, VecDeque<_>) = self
             .entries
             .drain(..)
@@ -105,10 +116,11 @@ fn journal(changes: Vec<StateChange>) -> Option<Write> {
 
 #[cfg(test)]
 mod tests {
-    use delayq_common::{JobId, JobState, Timestamp};
+    use delayq_common::{JobId, JobState, Timestamp, Topic};
     use tokio::sync::oneshot;
 
     use super::*;
+    use crate::testsuite::sample_job;
 
     fn change(id: &str, state: JobState) -> StateChange {
         StateChange {
@@ -188,6 +200,30 @@ mod tests {
         let out = held.release(Vec::new(), Vec::new(), false, t0 + JOURNAL_HOLD * 2);
         assert_eq!(shape(&out), [Some((false, vec![entry("a", JobState::Reserved)]))]);
         assert_eq!(held.deadline(), None);
+    }
+
+    #[tokio::test]
+    async fn an_insert_or_a_replace_takes_along_only_the_entries_of_its_jobs() {
+        let mut held = Held::default();
+        let t0 = Instant::now();
+        let fresh = vec![journal_of(&[("a", JobState::Expired), ("b", JobState::Ready), ("c", JobState::Ready)])];
+        held.release(Vec::new(), fresh, false, t0);
+        let topic = Topic::parse("t".to_owned()).expect("a valid topic");
+
+        let (reply, _answer) = oneshot::channel();
+        let insert = Write::Insert { jobs: vec![sample_job("a", &topic)], reply };
+        let out = held.release(Vec::new(), vec![insert], false, t0);
+        assert_eq!(
+            shape(&out),
+            [Some((false, vec![entry("a", JobState::Expired)])), None],
+            "a's entry goes in front of the insert of its id; b's and c's wait"
+        );
+
+        let (reply, _answer) = oneshot::channel();
+        let replace = Write::Replace { job: Box::new(sample_job("b", &topic)), reply };
+        let out = held.release(Vec::new(), vec![replace], false, t0);
+        assert_eq!(shape(&out), [Some((false, vec![entry("b", JobState::Ready)])), None]);
+        assert_eq!(held.deadline(), Some(t0 + JOURNAL_HOLD), "c's entry still waits");
     }
 
     #[tokio::test]
