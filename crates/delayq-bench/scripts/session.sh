@@ -4,6 +4,7 @@
 # /push and /push/batch and W2 on Redis with the store on SQLite, and the same three
 # with the store on MariaDB; then W1 and W2 on the embedded server; W1 (single and
 # batch) and W2 over gRPC on Redis, once each; W3 and W4 on Redis, and on Redis +
+# MariaDB; the flow workload (pushes and strict consumers at once) on Redis +
 # MariaDB. W2 consumers finish what they popped before popping again (WORKLOADS.md
 # step 6). Every server is fresh and every Redis and MariaDB database
 # emptied before its run (the Redis is FLUSHALLed: use one that holds nothing else).
@@ -41,7 +42,7 @@ fresh_mysql() {
 run() { # run <name> <command...>: one measurement, its table in <name>.txt
   local name=$1; shift
   "$@" --json "$out/$name.json" >"$out/$name.txt" 2>&1 || { echo "$name failed:"; cat "$out/$name.txt"; exit 1; }
-  echo "$name: $(grep -E '^  (jobs_per_s|lateness_ms_p99|lateness_ms_max|redis_used_memory_bytes_per_job|drain_ms) ' "$out/$name.txt" | tr -s ' ' | tr '\n' ' ')"
+  echo "$name: $(grep -E '^  (jobs_per_s|lateness_ms_p99|lateness_ms_max|redis_used_memory_bytes_per_job|drain_ms|finish_jobs_per_s|unfinished_at_push_end) ' "$out/$name.txt" | tr -s ' ' | tr '\n' ' ')"
 }
 
 for rep in 1 2 3; do
@@ -76,5 +77,7 @@ fresh_mysql; flush_redis
 run memory-mariadb env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" memory --redis-url "$R"
 fresh_mysql; flush_redis
 run burst-mariadb env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" burst --redis-url "$R"
+fresh_mysql; flush_redis
+run flow-mariadb env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" flow --redis-url "$R"
 echo
 "$B" summarize "$out" --json "$out/summary.json"

@@ -10,7 +10,7 @@
 //! - `prng`: mulberry32, uniform delays and the Fisher–Yates order.
 //! - `body`, `pushers`: job bodies and the pre-serialized producer slots.
 //! - `consumers`: long-polling receive slots, receipts and the finishers.
-//! - `workload_push`, `workload_lateness`, `workload_memory`, `workload_burst`: one per workload;
+//! - `workload_push`, `workload_lateness`, `workload_memory`, `workload_burst`, `workload_flow`: one per workload;
 //!   `workload_ceiling`: the Redis-only baseline the push numbers are divided by;
 //!   `workload_floor`: the cost of a `/push` round trip before any queue work.
 //! - `client`: the HTTP client; `grpc`: the gRPC client; `procstat`: `/proc` and Redis `INFO` readings.
@@ -35,6 +35,7 @@ mod pushers;
 mod report;
 mod session;
 mod workload_burst;
+mod workload_flow;
 mod workload_ceiling;
 mod workload_floor;
 mod workload_lateness;
@@ -80,6 +81,9 @@ enum Workload {
     Memory(WorkloadArgs<workload_memory::MemoryArgs>),
     /// W4: N jobs due at one instant, drained by consumers.
     Burst(WorkloadArgs<workload_burst::BurstArgs>),
+    /// Producers and consumers at once: N jobs due on arrival, pushed one per
+    /// `/push` while strict consumers take them; do the acks keep up?
+    Flow(WorkloadArgs<workload_flow::FlowArgs>),
     /// The baseline: Redis alone, one Lua HSET+ZADD per job (no delayq involved).
     Ceiling(WorkloadArgs<workload_ceiling::CeilingArgs>),
     /// The HTTP floor: `/push` requests the server refuses (delay -1) before any
@@ -142,6 +146,7 @@ impl Workload {
             Workload::Lateness(_) => "lateness",
             Workload::Memory(_) => "memory",
             Workload::Burst(_) => "burst",
+            Workload::Flow(_) => "flow",
             Workload::Ceiling(_) => "ceiling",
             Workload::Floor(_) => "floor",
         }
@@ -153,6 +158,7 @@ impl Workload {
             Workload::Lateness(args) => &args.common,
             Workload::Memory(args) => &args.common,
             Workload::Burst(args) => &args.common,
+            Workload::Flow(args) => &args.common,
             Workload::Ceiling(args) => &args.common,
             Workload::Floor(args) => &args.common,
         }
@@ -164,6 +170,7 @@ impl Workload {
             Workload::Lateness(args) => serde_json::to_value(args),
             Workload::Memory(args) => serde_json::to_value(args),
             Workload::Burst(args) => serde_json::to_value(args),
+            Workload::Flow(args) => serde_json::to_value(args),
             Workload::Ceiling(args) => serde_json::to_value(args),
             Workload::Floor(args) => serde_json::to_value(args),
         };
@@ -176,6 +183,7 @@ impl Workload {
             Workload::Lateness(args) => workload_lateness::run(&args.workload, context, topic).await,
             Workload::Memory(args) => workload_memory::run(&args.workload, context, topic).await,
             Workload::Burst(args) => workload_burst::run(&args.workload, context, topic).await,
+            Workload::Flow(args) => workload_flow::run(&args.workload, context, topic).await,
             Workload::Ceiling(args) => workload_ceiling::run(&args.workload, topic).await,
             Workload::Floor(args) => workload_floor::run(&args.workload, context, topic).await,
         }

@@ -74,6 +74,7 @@ const ONCE: &[&str] = &[
     "burst",
     "memory-mariadb",
     "burst-mariadb",
+    "flow-mariadb",
 ];
 
 /// The metrics shown, in this order, where a run has them.
@@ -90,6 +91,10 @@ const SHOWN: &[&str] = &[
     "redis_used_memory_bytes_per_job",
     "first_pop_ms",
     "drain_ms",
+    "push_jobs_per_s",
+    "finish_jobs_per_s",
+    "unfinished_at_push_end",
+    "finish_after_push_ms",
     "server_cpu_us_per_job",
     "redis_cpu_us_per_job",
     "client_cpu_us_per_job",

@@ -1,0 +1,110 @@
+//! Flow: producers and consumers at once. N jobs due at once are pushed one per
+//! `/push`, C in flight, as in W1, while the consumers of W2 (each slot finishes
+//! what it popped before it pops again) take them; measures whether the acks
+//! keep up with the pushes: how many jobs were still unfinished when the last
+//! push was answered, and how long the rest took.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::body::DueTime;
+use crate::client::BenchClient;
+use crate::clock::now_ms;
+use crate::consumers::{ConsumerPool, ReceiptLog};
+use crate::error::{BenchError, BenchResult};
+use crate::pushers::{build_units, push_all, JobSpec, PushMode, TransportArgs};
+use crate::report::Metrics;
+use crate::workload_lateness::ConsumerArgs;
+use crate::RunContext;
+
+/// Parameters of the flow workload.
+#[derive(Args, Clone, Debug, Serialize)]
+pub(crate) struct FlowArgs {
+    /// Jobs to push, each due as soon as it is pushed.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) n: usize,
+    /// Pushes in flight (one job per `/push`).
+    #[arg(long, default_value_t = 50)]
+    pub(crate) push_concurrency: usize,
+    /// How long after the last push to wait for missing jobs, in ms.
+    #[arg(long, default_value_t = 60_000)]
+    pub(crate) grace_ms: u64,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) body_bytes: usize,
+    /// Consumer settings.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) consumers: ConsumerArgs,
+    /// HTTP or gRPC, for the pushes and the consumers.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) transport: TransportArgs,
+}
+
+/// Runs the flow workload once on `topic`.
+///
+/// # Errors
+/// Returns invalid parameters or a failure to set the run up.
+pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> BenchResult<Metrics> {
+    if args.n == 0 {
+        return Err(BenchError::Invalid("need n > 0".into()));
+    }
+    // Due on arrival: the bodies carry due 0, which the receipt log expects.
+    let jobs: Vec<JobSpec> =
+        (0..args.n as u64).map(|index| JobSpec { index, due: DueTime::DelayMs(0), body_due_ms: 0 }).collect();
+    let units = Arc::new(build_units(
+        topic,
+        &jobs,
+        args.body_bytes,
+        PushMode::Single,
+        1,
+        false,
+        args.transport.transport,
+    )?);
+
+    let producer_client = BenchClient::new(&context.server, args.push_concurrency)?;
+    let producer = args.transport.producer(&producer_client, args.push_concurrency).await?;
+    let log = Arc::new(ReceiptLog::new(vec![0; args.n]));
+    let settings = args.consumers.settings(&args.transport, &context.server, topic).await?;
+    let pool = ConsumerPool::start(&settings, Arc::clone(&log)).await?;
+
+    let cpu_before = context.probes.cpu_snapshot().await;
+    let push_start_ms = now_ms();
+    let push_stats = push_all(&producer, units, args.push_concurrency).await;
+    let push_end_ms = now_ms();
+    let at_push_end = log.counters();
+    pool.wait_for_all(push_end_ms + args.grace_ms).await;
+    // Every job received: wait for the acks of the last pops to be answered.
+    let finish_deadline = now_ms() + args.grace_ms;
+    while log.counters().finished < log.counters().received && now_ms() < finish_deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(args.consumers.duplicate_wait_ms)).await;
+    pool.stop().await;
+    let cpu_after = context.probes.cpu_snapshot().await;
+
+    let mut metrics = Metrics::default();
+    metrics.set("n", args.n as f64);
+    let push_elapsed_ms = push_end_ms.saturating_sub(push_start_ms).max(1);
+    metrics.set("push_jobs_per_s", args.n as f64 * 1000.0 / push_elapsed_ms as f64);
+    metrics.set("push_errors", push_stats.job_errors() as f64);
+    metrics.set("unfinished_at_push_end", args.n.saturating_sub(at_push_end.finished as usize) as f64);
+    let counters = log.counters();
+    counters.record_into(&mut metrics);
+    if counters.last_finish_ms > 0 {
+        let last_finish_ms = counters.last_finish_ms.max(push_end_ms);
+        // How long after the last push was answered the last ack was.
+        metrics.set("finish_after_push_ms", (last_finish_ms - push_end_ms) as f64);
+        let flow_elapsed_ms = last_finish_ms.saturating_sub(push_start_ms).max(1);
+        metrics.set("finish_jobs_per_s", counters.finished as f64 * 1000.0 / flow_elapsed_ms as f64);
+    }
+    for (name, value) in cpu_before.micros_per_job(&cpu_after, args.n) {
+        metrics.set_some(name, value);
+    }
+    metrics.valid = push_stats.job_errors() == 0 && counters.received == args.n as u64;
+    Ok(metrics)
+}
