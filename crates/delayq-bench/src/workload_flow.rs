@@ -53,9 +53,13 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
     if args.n == 0 {
         return Err(BenchError::Invalid("need n > 0".into()));
     }
-    // Due on arrival: the bodies carry due 0, which the receipt log expects.
-    let jobs: Vec<JobSpec> =
-        (0..args.n as u64).map(|index| JobSpec { index, due: DueTime::DelayMs(0), body_due_ms: 0 }).collect();
+    // Due on arrival: every job is due at the run's start, already past when it
+    // is pushed, so each is ready at once and carries the due time the receipt
+    // log checks.
+    let t0_ms = now_ms();
+    let jobs: Vec<JobSpec> = (0..args.n as u64)
+        .map(|index| JobSpec { index, due: DueTime::RunAtMs(t0_ms), body_due_ms: t0_ms })
+        .collect();
     let units = Arc::new(build_units(
         topic,
         &jobs,
@@ -68,7 +72,7 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
 
     let producer_client = BenchClient::new(&context.server, args.push_concurrency)?;
     let producer = args.transport.producer(&producer_client, args.push_concurrency).await?;
-    let log = Arc::new(ReceiptLog::new(vec![0; args.n]));
+    let log = Arc::new(ReceiptLog::new(vec![t0_ms; args.n]));
     let settings = args.consumers.settings(&args.transport, &context.server, topic).await?;
     let pool = ConsumerPool::start(&settings, Arc::clone(&log)).await?;
 
@@ -105,6 +109,7 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
     for (name, value) in cpu_before.micros_per_job(&cpu_after, args.n) {
         metrics.set_some(name, value);
     }
-    metrics.valid = push_stats.job_errors() == 0 && counters.received == args.n as u64;
+    metrics.valid =
+        push_stats.job_errors() == 0 && counters.received == args.n as u64 && counters.due_mismatches == 0;
     Ok(metrics)
 }
