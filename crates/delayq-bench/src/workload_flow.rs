@@ -57,18 +57,10 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
     // is pushed, so each is ready at once and carries the due time the receipt
     // log checks.
     let t0_ms = now_ms();
-    let jobs: Vec<JobSpec> = (0..args.n as u64)
-        .map(|index| JobSpec { index, due: DueTime::RunAtMs(t0_ms), body_due_ms: t0_ms })
-        .collect();
-    let units = Arc::new(build_units(
-        topic,
-        &jobs,
-        args.body_bytes,
-        PushMode::Single,
-        1,
-        false,
-        args.transport.transport,
-    )?);
+    let jobs: Vec<JobSpec> =
+        (0..args.n as u64).map(|index| JobSpec { index, due: DueTime::RunAtMs(t0_ms), body_due_ms: t0_ms }).collect();
+    let units =
+        Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Single, 1, false, args.transport.transport)?);
 
     let producer_client = BenchClient::new(&context.server, args.push_concurrency)?;
     let producer = args.transport.producer(&producer_client, args.push_concurrency).await?;
@@ -109,7 +101,6 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
     for (name, value) in cpu_before.micros_per_job(&cpu_after, args.n) {
         metrics.set_some(name, value);
     }
-    metrics.valid =
-        push_stats.job_errors() == 0 && counters.received == args.n as u64 && counters.due_mismatches == 0;
+    metrics.valid = push_stats.job_errors() == 0 && counters.received == args.n as u64 && counters.due_mismatches == 0;
     Ok(metrics)
 }

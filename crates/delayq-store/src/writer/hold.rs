@@ -67,7 +67,10 @@ impl Held {
         now: Instant,
     ) -> Vec<Write> {
         let takes_everything = fresh.iter().any(|write| {
-            matches!(write, Write::DeleteAllLive { .. } | Write::Purge { .. } | Write::Flush { .. } | Write::Close { .. })
+            matches!(
+                write,
+                Write::DeleteAllLive { .. } | Write::Purge { .. } | Write::Flush { .. } | Write::Close { .. }
+            )
         });
         let mut out = Vec::with_capacity(fresh.len() + 1);
         if closing || !retained.is_empty() || takes_everything {
