@@ -1,5 +1,5 @@
 //! `delayq-bench summarize DIR`: the numbers of a benchmark session directory
-//! (`scripts/session.sh` writes one JSON file per run) as the README's tables
+//! (`scripts/session.sh` writes one JSON file per run) as docs/benchmarks.md's tables
 //! give them: each series as median (min-max) over its repetitions, and each
 //! push series divided, repetition by repetition, by the baseline measured in
 //! the same repetition (the ceiling at pipeline 1 for single pushes, at 64 for

@@ -11,7 +11,7 @@
 //! calls and the client matter: a smaller key space is cheaper to grow, so
 //! fewer calls give a higher ceiling, and this tool's own client
 //! (`--driver builtin`) is not as fast as `redis-benchmark` at high pipelines
-//! (the README's Performance section has the figures).
+//! (docs/benchmarks.md has the figures).
 //!
 //! The keys carry the run's prefix, so that a run deletes exactly its own; the
 //! prefix makes each job's key about 30 bytes longer than the definitions'
