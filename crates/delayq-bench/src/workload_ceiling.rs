@@ -4,21 +4,19 @@
 //! same machine in the same session, so the ratio holds when the machine's
 //! speed or load changes.
 //!
-//! By default the load comes from `redis-benchmark`, run exactly as the
-//! benchmark definitions run it for the peers' table: `-c 50 -P {1,64} -r 1e9`,
-//! 200,000 calls at pipeline 1 and 600,000 at a higher one, each call
+//! The load comes from `redis-benchmark`, run exactly as the benchmark
+//! definitions run it for the peers' table: `-c 50 -P {1,64} -r 1e9`, 200,000
+//! calls at pipeline 1 and 600,000 at a higher one, each call
 //! `EVALSHA <sha> 0 <rand id> <rand score> <100 B body>`. Both the number of
 //! calls and the client matter: a smaller key space is cheaper to grow, so
-//! fewer calls give a higher ceiling, and this tool's own client
-//! (`--driver builtin`) is not as fast as `redis-benchmark` at high pipelines
-//! (docs/benchmarks.md has the figures).
+//! fewer calls give a higher ceiling, and a client slower than
+//! `redis-benchmark` at high pipelines gives a lower one.
 //!
 //! The keys carry the run's prefix, so that a run deletes exactly its own; the
 //! prefix makes each job's key about 30 bytes longer than the definitions'
 //! `job:<id>`, which shows in the bytes per job, not in the rate.
 
 use std::process::Command;
-use std::sync::Arc;
 
 use clap::Args;
 use redis::aio::MultiplexedConnection;
@@ -28,10 +26,8 @@ use serde::Serialize;
 use crate::body::job_body;
 use crate::clock::now_ms;
 use crate::error::{BenchError, BenchResult};
-use crate::prng::uniform_delays;
 use crate::procstat::{info_number, RedisProbe};
 use crate::report::Metrics;
-use crate::workload_push::record_throughput;
 
 /// Deletes up to 1,000 of the run's jobs per call; returns how many are left.
 /// KEYS[1] is the delay set, ARGV[1] the prefix of a job's key before its id.
@@ -47,40 +43,19 @@ const RANDOM_RANGE: u64 = 1_000_000_000;
 const DEFINED_CALLS_PIPELINE_1: usize = 200_000;
 const DEFINED_CALLS_PIPELINED: usize = 600_000;
 
-/// What generates the calls.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum Driver {
-    /// `redis-benchmark`, as the benchmark definitions run it.
-    #[default]
-    RedisBenchmark,
-    /// This tool's own client: one synchronous loop per connection, ids 0..n,
-    /// due times from the W1 delays.
-    Builtin,
-}
-
 /// Parameters of the ceiling run.
 #[derive(Args, Clone, Debug, Serialize)]
 pub(crate) struct CeilingArgs {
     /// The Redis to measure.
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     pub(crate) redis: String,
-    /// What generates the calls.
-    #[arg(long, value_enum, default_value_t = Driver::RedisBenchmark)]
-    pub(crate) driver: Driver,
     /// The `redis-benchmark` program (Debian package redis-tools).
     #[arg(long, default_value = "redis-benchmark")]
     pub(crate) redis_benchmark: String,
     /// Jobs to write [default: 200,000 at pipeline 1, 600,000 at a higher pipeline].
     #[arg(long)]
     pub(crate) n: Option<usize>,
-    /// Shortest delay in ms (builtin driver).
-    #[arg(long, default_value_t = 20_000)]
-    pub(crate) delay_min_ms: u64,
-    /// Longest delay in ms, inclusive (builtin driver).
-    #[arg(long, default_value_t = 40_000)]
-    pub(crate) delay_max_ms: u64,
-    /// Connections, each one synchronous loop.
+    /// Connections `redis-benchmark` opens (`-c`).
     #[arg(long, default_value_t = 50)]
     pub(crate) concurrency: usize,
     /// Calls sent together by each connection before it waits for the answers.
@@ -89,9 +64,6 @@ pub(crate) struct CeilingArgs {
     /// Body size in bytes.
     #[arg(long, default_value_t = 100)]
     pub(crate) body_bytes: usize,
-    /// mulberry32 seed of the delays (builtin driver).
-    #[arg(long, default_value_t = 1)]
-    pub(crate) seed: u32,
 }
 
 impl CeilingArgs {
@@ -154,10 +126,8 @@ fn lua_string(text: &str) -> String {
 /// cannot be run or fails.
 pub(crate) async fn run(args: &CeilingArgs, topic: &str) -> BenchResult<Metrics> {
     let n = args.jobs();
-    if n == 0 || args.concurrency == 0 || args.pipeline == 0 || args.delay_min_ms > args.delay_max_ms {
-        return Err(BenchError::Invalid(
-            "need n, concurrency and pipeline > 0 and delay-min-ms <= delay-max-ms".into(),
-        ));
+    if n == 0 || args.concurrency == 0 || args.pipeline == 0 {
+        return Err(BenchError::Invalid("need n, concurrency and pipeline > 0".into()));
     }
     let client = redis::Client::open(args.redis.as_str()).map_err(|error| redis_error("open", &error))?;
     let mut admin = client.get_multiplexed_async_connection().await.map_err(|error| redis_error("connect", &error))?;
@@ -173,13 +143,10 @@ pub(crate) async fn run(args: &CeilingArgs, topic: &str) -> BenchResult<Metrics>
     let memory_before = used_memory(&probe).await?;
 
     let start_ms = now_ms();
-    let driven = match args.driver {
-        Driver::RedisBenchmark => run_redis_benchmark(args, n, &sha, body).await.map(|rate| (Some(rate), 0)),
-        Driver::Builtin => run_builtin(args, n, &client, sha, start_ms).await.map(|failed| (None, failed)),
-    };
+    let driven = run_redis_benchmark(args, n, &sha, body).await;
     let end_ms = now_ms();
-    let (reported_rate, failed_slots) = match driven {
-        Ok(driven) => driven,
+    let rate = match driven {
+        Ok(rate) => rate,
         Err(error) => {
             // What the run wrote before it failed is deleted all the same.
             if let Err(cleanup_error) = cleanup(&mut admin, &keys).await {
@@ -198,19 +165,13 @@ pub(crate) async fn run(args: &CeilingArgs, topic: &str) -> BenchResult<Metrics>
     let mut metrics = Metrics::default();
     metrics.set("n", n as f64);
     metrics.set("pipeline", args.pipeline as f64);
-    match reported_rate {
-        // The rate redis-benchmark reports is the defined one; the elapsed time
-        // also holds its start and its connecting.
-        Some(rate) => {
-            metrics.set("elapsed_ms", end_ms.saturating_sub(start_ms) as f64);
-            metrics.set("jobs_per_s", rate);
-        }
-        None => record_throughput(&mut metrics, n, start_ms, end_ms),
-    }
+    // The rate redis-benchmark reports is the defined one; the elapsed time
+    // also holds its start and its connecting.
+    metrics.set("elapsed_ms", end_ms.saturating_sub(start_ms) as f64);
+    metrics.set("jobs_per_s", rate);
     metrics.set("stored_jobs", stored as f64);
     metrics.set("redis_bytes_per_job", memory_after.saturating_sub(memory_before) as f64 / stored.max(1) as f64);
-    metrics.set("failed_slots", failed_slots as f64);
-    metrics.valid = failed_slots == 0 && stored >= least_distinct(args.driver, n);
+    metrics.valid = stored >= least_distinct(n);
     cleanup(&mut admin, &keys).await?;
     Ok(metrics)
 }
@@ -219,12 +180,9 @@ pub(crate) async fn run(args: &CeilingArgs, topic: &str) -> BenchResult<Metrics>
 /// id at random from 10^9, so about n²/(2·10^9) calls repeat an earlier id
 /// (180 of 600,000); a run that lost more than a thousandth of its calls did
 /// not complete.
-fn least_distinct(driver: Driver, n: usize) -> u64 {
+fn least_distinct(n: usize) -> u64 {
     let n = n as u64;
-    match driver {
-        Driver::RedisBenchmark => n - n / 1000,
-        Driver::Builtin => n,
-    }
+    n - n / 1000
 }
 
 /// Runs `redis-benchmark` for `n` calls; returns the calls per second it reports.
@@ -302,71 +260,6 @@ fn csv_rate(csv: &str) -> Option<f64> {
     row.get(from_end.checked_sub(1)?)?.trim_matches('"').parse().ok()
 }
 
-/// Writes jobs 0..n from `--concurrency` connections, each a loop of pipelines
-/// of `--pipeline` calls; returns how many connections failed.
-async fn run_builtin(
-    args: &CeilingArgs,
-    n: usize,
-    client: &redis::Client,
-    sha: String,
-    start_ms: u64,
-) -> BenchResult<usize> {
-    let delays = uniform_delays(args.seed, n, args.delay_min_ms, args.delay_max_ms);
-    let bodies: Vec<String> =
-        (0..n).map(|index| job_body(index as u64, 0, args.body_bytes)).collect::<Result<_, _>>()?;
-    let jobs = Arc::new(Jobs { sha, delays, bodies });
-    let mut slots = Vec::with_capacity(args.concurrency);
-    for slot in 0..args.concurrency {
-        let connection =
-            client.get_multiplexed_async_connection().await.map_err(|error| redis_error("connect", &error))?;
-        let jobs = Arc::clone(&jobs);
-        slots.push(tokio::spawn(run_slot(jobs, connection, slot, args.concurrency, args.pipeline, start_ms)));
-    }
-    let mut failed = 0usize;
-    for slot in slots {
-        match slot.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                eprintln!("ceiling slot failed: {error}");
-                failed += 1;
-            }
-            Err(error) => {
-                eprintln!("ceiling slot panicked: {error}");
-                failed += 1;
-            }
-        }
-    }
-    Ok(failed)
-}
-
-/// What every builtin slot reads.
-struct Jobs {
-    sha: String,
-    delays: Vec<u64>,
-    bodies: Vec<String>,
-}
-
-/// Writes jobs `slot`, `slot + slots`, … in pipelines of `pipeline` calls.
-async fn run_slot(
-    jobs: Arc<Jobs>,
-    mut connection: MultiplexedConnection,
-    slot: usize,
-    slots: usize,
-    pipeline: usize,
-    start_ms: u64,
-) -> BenchResult<()> {
-    let mine: Vec<(usize, (&u64, &String))> =
-        jobs.delays.iter().zip(&jobs.bodies).enumerate().skip(slot).step_by(slots).collect();
-    for chunk in mine.chunks(pipeline) {
-        let mut pipe = redis::pipe();
-        for &(index, (delay, body)) in chunk {
-            pipe.cmd("EVALSHA").arg(&jobs.sha).arg(0).arg(index).arg(start_ms + delay).arg(body).ignore();
-        }
-        pipe.query_async::<()>(&mut connection).await.map_err(|error| redis_error("EVALSHA", &error))?;
-    }
-    Ok(())
-}
-
 /// Reads Redis `used_memory` through the probe the other workloads use.
 async fn used_memory(probe: &RedisProbe) -> BenchResult<u64> {
     let info = probe.info("memory").await?;
@@ -419,7 +312,6 @@ mod tests {
         assert_eq!(args(&[]).jobs(), 200_000);
         assert_eq!(args(&["--pipeline", "64"]).jobs(), 600_000);
         assert_eq!(args(&["--pipeline", "64", "--n", "5"]).jobs(), 5);
-        assert_eq!(args(&[]).driver, Driver::RedisBenchmark);
     }
 
     #[test]
@@ -454,16 +346,16 @@ mod tests {
         delayq_testkit::service("DELAYQ_TEST_REDIS_URL")
     }
 
-    /// Both drivers against the real Redis (and the real redis-benchmark):
+    /// Against the real Redis and the real redis-benchmark:
     /// every call lands, the rate and the memory are read, and the run's keys
     /// are gone afterwards.
     #[tokio::test]
-    async fn each_driver_writes_its_jobs_and_deletes_them_afterwards() {
+    async fn a_run_writes_its_jobs_and_deletes_them_afterwards() {
         let Some(url) = redis_url() else { return };
-        for (driver, pipeline) in [("redis-benchmark", "1"), ("redis-benchmark", "16"), ("builtin", "4")] {
-            let topic = format!("ceiling-test-{}-{driver}-{pipeline}", std::process::id());
-            let flags =
-                ["--redis", &url, "--driver", driver, "--pipeline", pipeline, "--n", "3000", "--concurrency", "8"];
+        let driver = "redis-benchmark";
+        for pipeline in ["1", "16"] {
+            let topic = format!("ceiling-test-{}-{pipeline}", std::process::id());
+            let flags = ["--redis", &url, "--pipeline", pipeline, "--n", "3000", "--concurrency", "8"];
             let metrics = match run(&args(&flags), &topic).await {
                 Ok(metrics) => metrics,
                 Err(error) => panic!("{driver} at pipeline {pipeline}: {error}"),
@@ -504,7 +396,6 @@ mod tests {
 
     #[test]
     fn a_run_with_repeated_random_ids_is_complete_but_one_that_lost_calls_is_not() {
-        assert_eq!(least_distinct(Driver::RedisBenchmark, 600_000), 599_400);
-        assert_eq!(least_distinct(Driver::Builtin, 600_000), 600_000);
+        assert_eq!(least_distinct(600_000), 599_400);
     }
 }

@@ -1,6 +1,5 @@
 //! The configuration structs, with every default a named constant.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -107,11 +106,6 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    /// Returns the REST listen address.
-    pub fn http_socket_addr(&self) -> Result<SocketAddr, std::net::AddrParseError> {
-        self.http_addr.parse()
-    }
-
     /// Returns the shutdown deadline.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_millis(self.shutdown_timeout_ms)
