@@ -1,0 +1,150 @@
+//! Restore from the store (all live jobs, or one), reconciliation, and clearAll.
+
+use super::*;
+
+impl DelayQueue {
+    /// Schedules again every live job of the store; with `skip_overdue`, leaves out
+    /// jobs whose due time has passed. Returns how many jobs are scheduled.
+    ///
+    /// Idempotent: a job the scheduler already holds is left as it is, and a job
+    /// that ends (finished, deleted) while restore runs is not brought back.
+    #[instrument(skip(self))]
+    pub async fn restore(&self, skip_overdue: bool) -> QueueResult<u64> {
+        let outcome = self.restore_from_store(skip_overdue).await?;
+        if outcome.added > 0 {
+            info!(scheduled = outcome.scheduled, added = outcome.added, "restored jobs from the store");
+        }
+        Ok(outcome.scheduled)
+    }
+
+    /// Puts back every live job of the store that the scheduler does not hold
+    /// (the store is ahead after a crash between the two writes of an
+    /// operation, or after the scheduler lost data); returns how many.
+    #[instrument(skip(self))]
+    pub async fn reconcile(&self) -> QueueResult<u64> {
+        let outcome = self.restore_from_store(false).await?;
+        Ok(outcome.added)
+    }
+
+    /// Schedules one job again from the store.
+    pub async fn restore_job(&self, id: &JobId) -> QueueResult<Job> {
+        let _exclusive = self.exclusive_with_journal().await?;
+        let fence = self.scheduler.open_restore().await?;
+        let Some(job) = self.store.get(id).await? else {
+            return Err(QueueError::NotFound(id.clone()));
+        };
+        if !job.state.is_live() {
+            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
+        }
+        let added = self.scheduler.restore_batch(std::slice::from_ref(&job), &fence).await?;
+        if added.first() == Some(&true) {
+            // Another node may have ended it meanwhile.
+            match self.store.get(id).await? {
+                Some(now_stored) if now_stored.state.is_live() => queue_metrics::record_restored(1),
+                now_stored => {
+                    // It ended while it was being restored.
+                    self.forget_in_scheduler(id).await?;
+                    let state = now_stored.map_or(JobState::Deleted, |ended| ended.state);
+                    return Err(QueueError::WrongState { id: id.clone(), state });
+                }
+            }
+        }
+        Ok(job)
+    }
+
+    /// Walks the store's live jobs page by page and restores them.
+    async fn restore_from_store(&self, skip_overdue: bool) -> QueueResult<Restored> {
+        let now = Timestamp::now();
+        let batch = self.settings.restore_batch.max(1);
+        let mut after: Option<JobId> = None;
+        let mut outcome = Restored::default();
+        loop {
+            let _exclusive = self.exclusive_with_journal().await?;
+            // Before the read: the write skips what other nodes end after it.
+            let fence = self.scheduler.open_restore().await?;
+            let page = self.store.live_jobs(after.as_ref(), batch).await?;
+            let Some(last) = page.last() else { break };
+            let next_after = last.id.clone();
+            let candidates: Vec<Job> = page.into_iter().filter(|job| !(skip_overdue && job.run_at < now)).collect();
+            outcome.scheduled += candidates.len() as u64;
+            let added_flags = self.scheduler.restore_batch(&candidates, &fence).await?;
+            let added: Vec<&Job> =
+                candidates.iter().zip(added_flags).filter_map(|(job, added)| added.then_some(job)).collect();
+            let ended = self.forget_ended(after.as_ref(), batch, &added).await?;
+            let kept = (added.len() - ended) as u64;
+            if kept > 0 {
+                queue_metrics::record_restored(kept);
+            }
+            outcome.added += kept;
+            after = Some(next_after);
+        }
+        Ok(outcome)
+    }
+
+    /// Takes out of the scheduler the `added` jobs (restored from the page of
+    /// live jobs after `after`) that the store no longer calls live: ended in
+    /// the store between the page read and the scheduler write without the
+    /// scheduler being told (those it was told of, the restore fence kept
+    /// out). Returns how many.
+    async fn forget_ended(&self, after: Option<&JobId>, batch: usize, added: &[&Job]) -> QueueResult<usize> {
+        if added.is_empty() {
+            return Ok(0);
+        }
+        let again = self.store.live_jobs(after, batch).await?;
+        let whole_range = again.len() < batch;
+        let still_live: std::collections::HashSet<&JobId> = again.iter().map(|job| &job.id).collect();
+        let mut ended = 0;
+        for job in added {
+            if still_live.contains(&job.id) {
+                continue;
+            }
+            let live = if whole_range {
+                false
+            } else {
+                // The page moved on (new jobs in the range): ask for this one.
+                self.store.get(&job.id).await?.is_some_and(|stored| stored.state.is_live())
+            };
+            if !live {
+                self.forget_in_scheduler(&job.id).await?;
+                ended += 1;
+            }
+        }
+        if ended > 0 {
+            info!(ended, "jobs that ended during restore were taken out again");
+        }
+        Ok(ended)
+    }
+
+    /// Takes [`DelayQueue::transitions`] exclusively and flushes the journal:
+    /// while the guard lives, the store holds every change this process made
+    /// (timer rounds included) and none is under way.
+    async fn exclusive_with_journal(&self) -> QueueResult<RwLockWriteGuard<'_, ()>> {
+        let exclusive = self.transitions.write().await;
+        self.store.flush().await?;
+        Ok(exclusive)
+    }
+
+    /// Deletes every live job; returns how many there were.
+    ///
+    /// Pushes of this node wait while it runs; a push of another node that
+    /// lands meanwhile is kept, because only the jobs the store ended are
+    /// taken out of the scheduler.
+    #[instrument(skip(self))]
+    pub async fn clear_all(&self) -> QueueResult<u64> {
+        let _no_pushes = self.pushes.write().await;
+        let _transition = self.transitions.read().await;
+        let deleted = self.store.delete_all_live(Timestamp::now()).await?;
+        let cleared = self.scheduler.delete_batch(&deleted).await?;
+        warn!(deleted = deleted.len(), cleared, "cleared every live job");
+        Ok((deleted.len() as u64).max(cleared))
+    }
+}
+
+/// What one walk over the store's live jobs did.
+#[derive(Default)]
+struct Restored {
+    /// Live jobs considered (the `restored` count of `/reStore`).
+    scheduled: u64,
+    /// Jobs the scheduler did not hold and now does.
+    added: u64,
+}
