@@ -17,7 +17,12 @@ pub(super) struct FieldReader<'a> {
 impl FieldReader<'_> {
     /// Reads when a push is due (`delay` or `runAt`, not both) and its
     /// `createTime`, each at most `max_delay` ahead.
-    pub(super) fn due(&self, unit: TimeUnit, limits: &Limits, now: Timestamp) -> Result<(Due, Option<Timestamp>), InvalidField> {
+    pub(super) fn due(
+        &self,
+        unit: TimeUnit,
+        limits: &Limits,
+        now: Timestamp,
+    ) -> Result<(Due, Option<Timestamp>), InvalidField> {
         let delay = self.optional_u64("delay")?.map(|amount| unit.to_duration(amount));
         let run_at = self.optional_u64("runAt")?.map(Timestamp::from_millis);
         let create_time = self.optional_u64("createTime")?.map(Timestamp::from_millis);
