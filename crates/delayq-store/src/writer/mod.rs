@@ -25,8 +25,8 @@
 //! batching, retries and replies.
 //!
 //! Layout: this module holds the dialect seam and the callers' handle; `task`
-//! holds the writer task (batching, applying, answering, retrying); `hold`
-//! decides which journal entries wait.
+//! holds the writer task (batching, applying, retrying); `reply` answers the
+//! callers of a batch; `hold` decides which journal entries wait.
 
 /// The SQL condition under which a state change applies to a live row, given
 /// the row's and the change's status and attempt as SQL expressions: an ending
@@ -59,6 +59,7 @@ macro_rules! moves_forward {
 pub(crate) use moves_forward;
 
 mod hold;
+mod reply;
 mod task;
 
 use std::collections::HashMap;

@@ -2,8 +2,6 @@
 //! transaction, answers the callers and retries journal entries.
 
 use std::collections::HashSet;
-use std::error::Error as StdError;
-use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +12,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
 use super::hold::Held;
+use super::reply::{answer, fail, SharedError};
 use super::{written_lines, BatchDialect, LogRow};
 use crate::metrics;
 use crate::store::{BoxError, StateChange, StoreError};
@@ -93,7 +92,7 @@ impl Write {
 }
 
 /// What applying one write produced, before it is sent back.
-enum Outcome {
+pub(super) enum Outcome {
     Inserted(InsertOutcomes),
     Replaced(Result<(), StoreError>),
     Deleted(Vec<JobId>),
@@ -448,76 +447,6 @@ async fn delete_all_live<D: BatchDialect>(
         ids.push(job_id);
     }
     Ok(ids)
-}
-
-/// Sends each committed write its outcome; a caller that went away is ignored.
-fn answer(writes: Vec<Write>, outcomes: Vec<Outcome>) {
-    debug_assert_eq!(writes.len(), outcomes.len());
-    for (write, outcome) in writes.into_iter().zip(outcomes) {
-        match (write, outcome) {
-            (Write::Insert { reply, .. }, Outcome::Inserted(results)) => {
-                let _gone = reply.send(Ok(results));
-            }
-            (Write::Replace { reply, .. }, Outcome::Replaced(result)) => {
-                let _gone = reply.send(result);
-            }
-            (Write::DeleteAllLive { reply, .. }, Outcome::Deleted(ids)) => {
-                let _gone = reply.send(Ok(ids));
-            }
-            (Write::Purge { reply, .. }, Outcome::Purged(purged)) => {
-                let _gone = reply.send(Ok(purged));
-            }
-            (Write::Record { reply: Some(reply), .. } | Write::Flush { reply }, Outcome::Done) => {
-                let _gone = reply.send(Ok(()));
-            }
-            (Write::Record { reply: None, .. } | Write::Close { .. }, _) => {}
-            (write, _) => {
-                debug_assert!(false, "outcome does not match its write");
-                drop(write);
-            }
-        }
-    }
-}
-
-/// Tells every durable caller the batch failed; returns the journal entries, in order.
-fn fail(writes: Vec<Write>, backend: &'static str, cause: SharedError) -> Vec<Write> {
-    let unavailable = || StoreError::Unavailable { backend, source: Box::new(cause.clone()) };
-    let mut retained = Vec::new();
-    for write in writes {
-        match write {
-            Write::Insert { reply, .. } => {
-                let _gone = reply.send(Err(unavailable()));
-            }
-            Write::Replace { reply, .. } | Write::Flush { reply } | Write::Record { reply: Some(reply), .. } => {
-                let _gone = reply.send(Err(unavailable()));
-            }
-            Write::DeleteAllLive { reply, .. } => {
-                let _gone = reply.send(Err(unavailable()));
-            }
-            Write::Purge { reply, .. } => {
-                let _gone = reply.send(Err(unavailable()));
-            }
-            journal @ Write::Record { reply: None, .. } => retained.push(journal),
-            Write::Close { .. } => {}
-        }
-    }
-    retained
-}
-
-/// One database error reported to every caller of the failed batch.
-#[derive(Clone, Debug)]
-struct SharedError(Arc<dyn StdError + Send + Sync>);
-
-impl fmt::Display for SharedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl StdError for SharedError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.0.source()
-    }
 }
 
 #[cfg(test)]
