@@ -17,6 +17,7 @@
 pub mod forward;
 pub mod load;
 pub mod model;
+mod secret_errors;
 
 pub use forward::{ForwardConfig, RouteConfig};
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
