@@ -17,10 +17,12 @@
 //! which the writer keeps (`counts`).
 //!
 //! Layout: `rows` maps rows to jobs, `dialect` holds the write statements,
+//! `chunks` the sizes and text of its multi-row statements,
 //! `counts` the writer's transaction and the ended counts,
 //! `connection` the connections and statement deadlines, `scratch` (feature
 //! `testsuite`) throwaway databases for tests.
 
+mod chunks;
 mod connection;
 mod counts;
 mod dialect;
@@ -105,7 +107,7 @@ impl MysqlStore {
                 .map_err(unavailable)?;
         let max_packet_bytes = usize::try_from(max_packet_bytes).unwrap_or(usize::MAX);
         let dialect = MysqlDialect::new(
-            WriterConnection::new(options.statement_cache_capacity(dialect::WRITER_STATEMENT_CACHE)),
+            WriterConnection::new(options.statement_cache_capacity(chunks::WRITER_STATEMENT_CACHE)),
             node,
             host_name(),
             max_packet_bytes,
