@@ -30,12 +30,14 @@
 //! - `keys`: key names, shard of an id, id encoding; `codec`: the job record;
 //! - `scripts` and `lua/`: the transitions; `engine`: one script call per shard;
 //! - `combine`: single schedules, finishes and deletes, and reads that arrive
-//!   together, sent as one script call per shard;
+//!   together, sent as one batch; `by_shard`: a batch cut into one script call
+//!   per shard, the outcomes put back in order;
 //! - `reserve`: cross-shard pop and long-poll; `notify`: pub/sub signals between nodes;
 //! - `reply`: reading script replies;
 //! - `nodes`: the registry of the nodes on a prefix (`<prefix>:nodes`), which
 //!   refuses a node whose store is not the others'.
 
+mod by_shard;
 mod codec;
 mod combine;
 mod connection;
@@ -53,12 +55,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use delayq_common::{InvalidField, Job, JobId, Timestamp, Topic};
-use futures::future::{join_all, try_join_all, BoxFuture};
+use futures::future::try_join_all;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use self::codec::CodecError;
+use self::by_shard::{
+    chunks_by_shard, remove_jobs, schedule_jobs, send_gets, send_removals, send_schedules, SCHEDULE_CHUNK,
+};
 use self::combine::Combiner;
 use self::connection::{unavailable, RedisConnection, TimedOut};
 use self::engine::{Engine, Removal};
@@ -80,12 +84,6 @@ pub const DEFAULT_SHARDS_PER_MASTER: usize = 8;
 pub const MIN_CLUSTER_SHARDS: usize = 16;
 /// The most shards allowed.
 pub const MAX_SHARDS: usize = 1024;
-/// The most jobs one schedule script call carries.
-const SCHEDULE_CHUNK: usize = 256;
-/// Jobs per call of the remove script.
-const REMOVE_CHUNK: usize = 256;
-/// Jobs per call of the get script.
-const GET_CHUNK: usize = 256;
 /// The most rounds of shard calls one `promote_due` makes to fill its batch.
 const MAX_PROMOTE_ROUNDS: usize = 4;
 
@@ -363,8 +361,6 @@ impl Scheduler for RedisScheduler {
     }
 }
 
-/// Splits a batch over `shards` parts, the remainder going to the parts from
-/// `start` (modulo `shards`) on; the parts sum to `max_batch` (at least 1).
 /// Jobs a `delete_batch` hands to the removal scripts at a time.
 const DELETE_BATCH_CHUNK: usize = 1_000;
 
@@ -379,6 +375,8 @@ fn named_attempt(error: QueueError, attempt: Option<u32>) -> QueueError {
     }
 }
 
+/// Splits a batch over `shards` parts, the remainder going to the parts from
+/// `start` (modulo `shards`) on; the parts sum to `max_batch` (at least 1).
 fn split_batch(max_batch: usize, shards: usize, start: usize) -> Vec<usize> {
     let max_batch = max_batch.max(1);
     let start = start % shards;
@@ -402,126 +400,6 @@ fn validate(urls: &[String], options: &RedisSchedulerOptions) -> Result<(), Inva
         return Err(InvalidField::new("redis timeout", "must be positive"));
     }
     Ok(())
-}
-
-fn send_schedules<'a>(engine: &'a Engine, jobs: &'a [Job]) -> BoxFuture<'a, QueueResult<Vec<QueueResult<()>>>> {
-    Box::pin(schedule_jobs(engine, jobs))
-}
-
-fn send_removals<'a>(
-    engine: &'a Engine,
-    removals: &'a [(JobId, Removal)],
-) -> BoxFuture<'a, QueueResult<Vec<QueueResult<Job>>>> {
-    Box::pin(remove_jobs(engine, removals))
-}
-
-fn send_gets<'a>(engine: &'a Engine, ids: &'a [JobId]) -> BoxFuture<'a, QueueResult<Vec<QueueResult<Option<Job>>>>> {
-    Box::pin(async move {
-        let outcomes = call_by_shard(engine, ids.iter(), GET_CHUNK, |shard, chunk| {
-            let chunk_ids: Vec<&JobId> = chunk.iter().filter_map(|&position| ids.get(position)).collect();
-            async move { Ok(engine.get(shard, &chunk_ids).await?.into_iter().map(Ok).collect()) }
-        });
-        Ok(outcomes.await)
-    })
-}
-
-/// Finishes or deletes jobs, each judged alone.
-async fn remove_jobs(engine: &Engine, removals: &[(JobId, Removal)]) -> QueueResult<Vec<QueueResult<Job>>> {
-    let outcomes = call_by_shard(engine, removals.iter().map(|(id, _)| id), REMOVE_CHUNK, |shard, chunk| {
-        let chunk_removals: Vec<(&JobId, Removal)> =
-            chunk.iter().filter_map(|&position| removals.get(position)).map(|(id, removal)| (id, *removal)).collect();
-        async move { engine.remove(shard, &chunk_removals).await }
-    });
-    Ok(outcomes.await)
-}
-
-/// Makes one script call per shard for the jobs `ids` name (and per `chunk` of
-/// them), all at once, and puts the per-job outcomes back in the order of
-/// `ids`; a call that fails fails each of its jobs.
-async fn call_by_shard<'a, T, Call, Reply>(
-    engine: &'a Engine,
-    ids: impl Iterator<Item = &'a JobId>,
-    chunk: usize,
-    call: Call,
-) -> Vec<QueueResult<T>>
-where
-    Call: Fn(&'a ShardKeys, &[usize]) -> Reply,
-    Reply: std::future::Future<Output = QueueResult<Vec<QueueResult<T>>>>,
-{
-    let mut count = 0;
-    let calls = chunks_by_shard(engine, ids.enumerate().inspect(|&(position, _)| count = position + 1), chunk);
-    let replies = join_all(calls.iter().map(|(shard, positions)| call(shard, positions))).await;
-    let mut outcomes: Vec<Option<QueueResult<T>>> = (0..count).map(|_| None).collect();
-    for ((_, positions), reply) in calls.iter().zip(replies) {
-        let outcomes_of_call: Vec<QueueResult<T>> = match reply {
-            // The engine checked that the reply has one outcome per job.
-            Ok(replies) => replies,
-            Err(error) => positions.iter().map(|_| Err(error.unavailable_copy())).collect(),
-        };
-        for (&position, outcome) in positions.iter().zip(outcomes_of_call) {
-            if let Some(slot) = outcomes.get_mut(position) {
-                *slot = Some(outcome);
-            }
-        }
-    }
-    outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Err(unavailable(CodecError("reply"))))).collect()
-}
-
-/// Groups the positions of `ids` by the shard of each id, in chunks of at most
-/// `chunk` positions, in shard order.
-fn chunks_by_shard<'e, 'i>(
-    engine: &'e Engine,
-    ids: impl Iterator<Item = (usize, &'i JobId)>,
-    chunk: usize,
-) -> Vec<(&'e ShardKeys, Vec<usize>)> {
-    let shards = engine.shards.len();
-    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
-    for (position, id) in ids {
-        // `shard_of` is below `shards`, so every position finds its shard.
-        if let Some(positions) = by_shard.get_mut(keys::shard_of(id, shards)) {
-            positions.push(position);
-        }
-    }
-    engine
-        .shards
-        .iter()
-        .zip(by_shard)
-        .flat_map(|(shard, positions)| {
-            positions.chunks(chunk.max(1)).map(|positions| (shard, positions.to_vec())).collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// Adds new jobs, one script call per shard (and chunk); each job judged alone.
-async fn schedule_jobs(engine: &Engine, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
-    let now = Timestamp::now();
-    let outcomes =
-        call_by_shard(engine, jobs.iter().map(|job| &job.id), SCHEDULE_CHUNK, |shard, chunk| {
-            let chunk_jobs: Vec<&Job> = chunk.iter().filter_map(|&position| jobs.get(position)).collect();
-            async move {
-                let added = engine.schedule(shard, &chunk_jobs, now).await?;
-                Ok(chunk_jobs
-                    .iter()
-                    .zip(added)
-                    .map(|(job, added)| {
-                        if added {
-                            Ok(())
-                        } else {
-                            Err(QueueError::Conflict(format!("job {} already exists", job.id)))
-                        }
-                    })
-                    .collect())
-            }
-        })
-        .await;
-    // Redis failed every call: that is the batch's failure, not each job's.
-    if outcomes.iter().all(|outcome| matches!(outcome, Err(QueueError::Unavailable { .. }))) {
-        if let Some(Err(error)) = outcomes.into_iter().next() {
-            return Err(error);
-        }
-        return Ok(Vec::new());
-    }
-    Ok(outcomes)
 }
 
 /// Returns the shard count recorded under the prefix, recording ours if none is.
