@@ -4,15 +4,13 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use delayq_common::{ErrorKind, InvalidField};
-use delayq_queue::QueueError;
+use delayq_queue::{QueueError, INTERNAL_MESSAGE};
 use serde::Serialize;
 use serde_json::Value;
-use tracing::{error, warn};
+use tracing::error;
 
 /// The message of every successful response.
 const OK_MESSAGE: &str = "ok";
-/// What a client is told about a bug; the detail is logged.
-const INTERNAL_MESSAGE: &str = "internal error";
 
 /// The result of a handler.
 pub(crate) type ApiResult = Result<Response, ApiError>;
@@ -98,25 +96,9 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
     }
 }
 
-/// Returns what a client may be told about `error`, logging what it may not.
-pub(crate) fn public_message(error: &QueueError) -> String {
-    match error.kind() {
-        ErrorKind::Unavailable => {
-            warn!(error = error as &dyn std::error::Error, "backend unavailable");
-            // The Display of both unavailable variants is "{backend} is unavailable".
-            error.to_string()
-        }
-        ErrorKind::Internal => {
-            error!(error = error as &dyn std::error::Error, "request failed");
-            INTERNAL_MESSAGE.to_owned()
-        }
-        _ => error.to_string(),
-    }
-}
-
 impl From<QueueError> for ApiError {
     fn from(error: QueueError) -> ApiError {
-        ApiError::new(error.kind(), public_message(&error))
+        ApiError::new(error.kind(), error.public_message())
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::app::AppState;
 use crate::batch::parse_batch;
-use crate::error::{ok, public_message, ApiError, ApiResult};
+use crate::error::{ok, ApiError, ApiResult};
 use crate::extract::{parse_job_id, ApiPath, JsonObject, OptionalJsonObject, Params, RawBody};
 use crate::views::{decode_cursor, IdView, JobView, NackedView, PageView, PoppedJob, PushedView};
 
@@ -56,7 +56,7 @@ pub(crate) async fn push_batch(State(state): State<AppState>, RawBody(body): Raw
 fn batch_item(outcome: QueueResult<Pushed>) -> BatchItem {
     match outcome {
         Ok(pushed) => BatchItem::Pushed(pushed.into()),
-        Err(error) => BatchItem::Refused { error: public_message(&error) },
+        Err(error) => BatchItem::Refused { error: error.public_message() },
     }
 }
 
@@ -175,7 +175,7 @@ pub(crate) async fn find(State(state): State<AppState>, params: Params) -> ApiRe
 fn not_reserved(error: QueueError) -> ApiError {
     match error {
         QueueError::WrongState { id, state } => {
-            ApiError::new(ErrorKind::Conflict, format!("job {id} is {state}, not reserved"))
+            ApiError::new(ErrorKind::Conflict, QueueError::not_reserved_message(&id, state))
         }
         other => other.into(),
     }
@@ -184,7 +184,7 @@ fn not_reserved(error: QueueError) -> ApiError {
 /// Words a missing job of a lookup without the "live" of the queue's message.
 fn job_not_found(error: QueueError, id: &JobId) -> ApiError {
     match error {
-        QueueError::NotFound(_) => ApiError::new(ErrorKind::NotFound, format!("no job {id}")),
+        QueueError::NotFound(_) => ApiError::new(ErrorKind::NotFound, QueueError::NotFound(id.clone()).to_string()),
         other => other.into(),
     }
 }

@@ -2,6 +2,10 @@
 
 use delayq_common::{ErrorKind, InvalidField, JobId, JobState, Topic};
 use delayq_store::{BoxError, StoreError};
+use tracing::{error, warn};
+
+/// What a client is told of a failure inside delayq; the detail goes to the log.
+pub const INTERNAL_MESSAGE: &str = "internal error";
 
 /// Why a queue operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +66,31 @@ pub enum QueueError {
 }
 
 impl QueueError {
+    /// Returns what a client may be told about this failure, the same on
+    /// every face (REST, gRPC): a refusal's own message, only the name of a
+    /// backend that is unavailable, and [`INTERNAL_MESSAGE`] for a failure
+    /// inside delayq. What it may not be told is logged here.
+    pub fn public_message(&self) -> String {
+        match self.kind() {
+            ErrorKind::Unavailable => {
+                warn!(error = self as &dyn std::error::Error, "backend unavailable");
+                // The Display of both unavailable variants is "{backend} is unavailable".
+                self.to_string()
+            }
+            ErrorKind::Internal => {
+                error!(error = self as &dyn std::error::Error, "request failed");
+                INTERNAL_MESSAGE.to_owned()
+            }
+            _ => self.to_string(),
+        }
+    }
+
+    /// The wording of a finish, nack or touch refused because the job is in
+    /// `state`, not reserved.
+    pub fn not_reserved_message(id: &JobId, state: JobState) -> String {
+        format!("job {id} is {state}, not reserved")
+    }
+
     /// Returns how a caller should classify this failure.
     pub fn kind(&self) -> ErrorKind {
         match self {

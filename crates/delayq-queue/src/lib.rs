@@ -41,7 +41,7 @@ pub mod service;
 pub mod testsuite;
 pub mod timer;
 
-pub use error::{QueueError, QueueResult};
+pub use error::{QueueError, QueueResult, INTERNAL_MESSAGE};
 pub use memory::MemoryScheduler;
 pub use recovery::{run_recovery, RecoveryOptions};
 pub use redis::{RedisScheduler, RedisSchedulerOptions};

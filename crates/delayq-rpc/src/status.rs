@@ -10,10 +10,6 @@
 use delayq_common::{ErrorKind, InvalidField, JobId};
 use delayq_queue::QueueError;
 use tonic::{Code, Status};
-use tracing::{error, warn};
-
-/// What a client is told about a bug; the detail is logged.
-const INTERNAL_MESSAGE: &str = "internal error";
 
 /// Returns the gRPC code of a kind of failure (`Conflict` as `ALREADY_EXISTS`;
 /// a wrong state is refined to `FAILED_PRECONDITION` by [`queue_status`]).
@@ -37,30 +33,14 @@ fn queue_code(error: &QueueError) -> Code {
     }
 }
 
-/// Returns what a client may be told about `error`, logging what it may not.
-fn public_message(error: &QueueError) -> String {
-    match error.kind() {
-        ErrorKind::Unavailable => {
-            warn!(error = error as &dyn std::error::Error, "backend unavailable");
-            // The Display of both unavailable variants is "{backend} is unavailable".
-            error.to_string()
-        }
-        ErrorKind::Internal => {
-            error!(error = error as &dyn std::error::Error, "request failed");
-            INTERNAL_MESSAGE.to_owned()
-        }
-        _ => error.to_string(),
-    }
-}
-
 /// Returns the status of a queue failure.
 pub(crate) fn queue_status(error: QueueError) -> Status {
-    Status::new(queue_code(&error), public_message(&error))
+    Status::new(queue_code(&error), error.public_message())
 }
 
 /// Returns the code and message of a queue failure, for one item of a batch.
 pub(crate) fn queue_code_and_message(error: &QueueError) -> (Code, String) {
-    (queue_code(error), public_message(error))
+    (queue_code(error), error.public_message())
 }
 
 /// Returns the status of an invalid field; the message names the field.
@@ -82,7 +62,7 @@ pub(crate) fn of_kind(kind: ErrorKind, message: impl Into<String>) -> Status {
 pub(crate) fn not_reserved(error: QueueError) -> Status {
     match error {
         QueueError::WrongState { id, state } => {
-            Status::new(Code::FailedPrecondition, format!("job {id} is {state}, not reserved"))
+            Status::new(Code::FailedPrecondition, QueueError::not_reserved_message(&id, state))
         }
         other => queue_status(other),
     }
@@ -91,7 +71,7 @@ pub(crate) fn not_reserved(error: QueueError) -> Status {
 /// Words a missing job of a lookup without the "live" of the queue's message, as REST does.
 pub(crate) fn job_not_found(error: QueueError, id: &JobId) -> Status {
     match error {
-        QueueError::NotFound(_) => Status::new(Code::NotFound, format!("no job {id}")),
+        QueueError::NotFound(_) => Status::new(Code::NotFound, QueueError::NotFound(id.clone()).to_string()),
         other => queue_status(other),
     }
 }
@@ -102,6 +82,7 @@ mod tests {
     use delayq_store::StoreError;
 
     use super::*;
+    use delayq_queue::INTERNAL_MESSAGE;
 
     fn id(value: &str) -> JobId {
         match JobId::parse(value) {
