@@ -48,7 +48,7 @@ struct PrivateZookeeper {
 impl PrivateZookeeper {
     /// Starts a standalone server on a free port, keeping its data in `dir`.
     async fn start(dir: &Path) -> PrivateZookeeper {
-        let port = free_port();
+        let port = common::free_port();
         let mut zookeeper = PrivateZookeeper {
             child: None,
             port,
@@ -105,11 +105,6 @@ impl Drop for PrivateZookeeper {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
 }
 
 // ---------------------------------------------------------------------------

@@ -9,7 +9,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::TcpListener as StdTcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,11 +67,6 @@ impl Drop for RedisProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    let listener = StdTcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
 }
 
 /// A TCP proxy to `target` that the test can cut (every connection closed,
@@ -280,7 +274,7 @@ async fn flushall_halfway_loses_no_job() {
     let Some(mysql_url) = service("DELAYQ_TEST_MYSQL_URL") else { return };
     let name = unique_name("dq_e2e_flushall");
     let database_url = common::fresh_database(&mysql_url, &name, None).await;
-    let redis = RedisProcess::start(free_port());
+    let redis = RedisProcess::start(common::free_port());
     let redis_url = redis.url();
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(dir.path(), &node_env(&redis_url, &database_url, &name)).await;
@@ -465,7 +459,7 @@ async fn redis_restart_under_load_recovers_without_delayq_restart() {
     let Some(mysql_url) = service("DELAYQ_TEST_MYSQL_URL") else { return };
     let name = unique_name("dq_e2e_redis_restart");
     let database_url = common::fresh_database(&mysql_url, &name, None).await;
-    let port = free_port();
+    let port = common::free_port();
     let redis = RedisProcess::start(port);
     let redis_url = redis.url();
     let dir = tempfile::tempdir().expect("tempdir");

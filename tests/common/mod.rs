@@ -1,6 +1,6 @@
 //! Starts a real `delayq serve` process on port 0 and talks to it over HTTP.
 
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -155,10 +155,7 @@ async fn envelope(response: reqwest::Response) -> Result<(u16, Value), reqwest::
     Ok((status, body))
 }
 
-/// A name unique to this test run, for databases and key prefixes.
-pub fn unique_name(stem: &str) -> String {
-    format!("{stem}_{}_{}", std::process::id(), now_ms() % 100_000_000)
-}
+pub use delayq_testkit::{free_port, unique_name};
 
 /// Runs the futures concurrently, each in its own task, and returns their outputs in order.
 pub async fn join_spawned<F: std::future::Future + Send + 'static>(futures: impl Iterator<Item = F>) -> Vec<F::Output>

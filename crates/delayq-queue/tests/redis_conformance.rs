@@ -5,7 +5,6 @@
 //! Every test gets its own key prefix, so tests share the server safely and
 //! the exclusive checks (`clear`) only wipe their own keys.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -160,7 +159,7 @@ impl RedisProcess {
     /// Starts one, or returns `None` when `redis-server` is not installed
     /// (a failure under `DELAYQ_TEST_REQUIRE_SERVICES=1`).
     fn start(port: Option<u16>) -> Option<RedisProcess> {
-        let port = port.unwrap_or_else(free_port);
+        let port = port.unwrap_or_else(delayq_testkit::free_port);
         let dir = tempfile::tempdir().expect("temp dir");
         let spawned = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -213,11 +212,6 @@ impl Drop for RedisProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
 }
 
 /// Expects `call` to fail as unavailable (naming redis) within about a second.

@@ -17,10 +17,6 @@ mod common;
 
 const JOBS: usize = 300;
 
-fn unique(stem: &str) -> String {
-    format!("{stem}-{}-{}", std::process::id(), Timestamp::now().as_millis())
-}
-
 async fn redis(prefix: &str) -> Option<Arc<dyn Scheduler>> {
     let url = delayq_testkit::service("DELAYQ_TEST_REDIS_URL")?;
     Some(Arc::new(common::connect(&url, prefix).await))
@@ -44,7 +40,7 @@ fn push(topic: &Topic, id: Option<&str>, delay: Duration) -> PushRequest {
 /// Restores run over and over while the timer promotes and a consumer pops and
 /// finishes: every job is delivered exactly once, and nothing ended comes back.
 async fn restore_while_consuming(queue: Arc<DelayQueue>) {
-    let topic = Topic::parse(unique("restore.busy")).expect("topic");
+    let topic = Topic::parse(delayq_testkit::unique_name("restore.busy")).expect("topic");
     let cancel = CancellationToken::new();
     let timer = tokio::spawn(run_timer(Arc::clone(&queue), cancel.clone()));
     for index in 0..JOBS {
@@ -85,7 +81,10 @@ async fn restore_while_consuming(queue: Arc<DelayQueue>) {
     assert_eq!(queue.reconcile().await.expect("reconcile"), 0, "nothing live is missing");
 
     // A deleted job stays deleted.
-    let doomed = queue.push(push(&topic, Some(&unique("doomed")), Duration::from_secs(60))).await.expect("push");
+    let doomed = queue
+        .push(push(&topic, Some(&delayq_testkit::unique_name("doomed")), Duration::from_secs(60)))
+        .await
+        .expect("push");
     queue.delete(&doomed.id).await.expect("delete");
     queue.restore(false).await.expect("restore");
     assert_eq!(queue.scheduler().get(&doomed.id).await.expect("get"), None, "restore brought a deleted job back");
@@ -98,7 +97,7 @@ async fn restore_while_consuming(queue: Arc<DelayQueue>) {
 /// The scheduler loses a reserved job: its consumer's finish is answered from
 /// the store, and a later restore does not bring it back.
 async fn finish_after_the_scheduler_lost_the_job(queue: Arc<DelayQueue>) {
-    let topic = Topic::parse(unique("restore.lost")).expect("topic");
+    let topic = Topic::parse(delayq_testkit::unique_name("restore.lost")).expect("topic");
     let pushed = queue.push(push(&topic, None, Duration::ZERO)).await.expect("push");
     queue.promote_due(Timestamp::now()).await.expect("promote");
     let popped = queue.pop(&topic, 1, Duration::from_secs(2)).await.expect("pop");
@@ -136,14 +135,14 @@ async fn memory_finish_after_the_scheduler_lost_the_job() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restore_while_consuming() {
-    let Some(scheduler) = redis(&unique("dqtest:restore")).await else { return };
+    let Some(scheduler) = redis(&delayq_testkit::unique_name("dqtest:restore")).await else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     restore_while_consuming(queue_over(scheduler, &dir).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_finish_after_the_scheduler_lost_the_job() {
-    let Some(scheduler) = redis(&unique("dqtest:lost")).await else { return };
+    let Some(scheduler) = redis(&delayq_testkit::unique_name("dqtest:lost")).await else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     finish_after_the_scheduler_lost_the_job(queue_over(scheduler, &dir).await).await;
 }

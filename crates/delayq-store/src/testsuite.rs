@@ -17,7 +17,6 @@
 //! `DELAYQ_TEST_REQUIRE_SERVICES=1` turns a skipped backend into a failure.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,10 +104,7 @@ pub const ALL_HISTORY: usize = 10_000;
 
 /// Returns a name no other check, test run or process uses (for ids and topics).
 pub fn unique_name(prefix: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::UNIX_EPOCH.elapsed().unwrap_or_default().as_nanos();
-    let sequence = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}-{}-{nanos}-{sequence}", std::process::id())
+    delayq_testkit::unique_name(prefix)
 }
 
 /// Returns a waiting job with every optional field empty.

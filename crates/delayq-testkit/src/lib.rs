@@ -50,9 +50,43 @@ pub fn service(variable: &str) -> Option<String> {
     }
 }
 
+/// Returns a name no other test, test run or process uses, for databases, key
+/// prefixes, topics and queues: `<stem>_<pid>_<ms>_<sequence>`, in characters
+/// each of those accepts.
+pub fn unique_name(stem: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let millis = std::time::UNIX_EPOCH.elapsed().unwrap_or_default().as_millis() % 100_000_000_000;
+    let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    format!("{stem}_{}_{millis}_{sequence}", std::process::id())
+}
+
+/// Returns a TCP port of 127.0.0.1 that was free a moment ago (the system
+/// chose it), for a server or proxy the test starts.
+///
+/// # Panics
+/// When no port can be bound.
+#[allow(clippy::panic, reason = "a test that cannot bind a port cannot run; this fails it")]
+pub fn free_port() -> u16 {
+    let bound = std::net::TcpListener::bind("127.0.0.1:0").and_then(|listener| listener.local_addr());
+    match bound {
+        Ok(address) => address.port(),
+        Err(error) => panic!("no free port on 127.0.0.1: {error}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unique_names_differ_and_ports_are_free() {
+        let (first, second) = (unique_name("t"), unique_name("t"));
+        assert_ne!(first, second);
+        assert!(first.starts_with("t_") && first.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{first}");
+        let port = free_port();
+        assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "port {port} is free");
+    }
 
     #[test]
     fn a_set_variable_is_returned() {

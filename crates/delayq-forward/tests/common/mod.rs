@@ -1,7 +1,7 @@
 //! The harness of the forwarder tests: a real `DelayQueue` (memory scheduler,
 //! SQLite store in a temp dir, timer running) with a forwarder over one route.
 
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,11 +16,7 @@ use tempfile::TempDir;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// A name unique to this test run, for queues, exchanges and topics.
-pub fn unique_name(stem: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{stem}-{}-{}", std::process::id(), nanos)
-}
+pub use delayq_testkit::unique_name;
 
 /// One queue with its timer and a forwarder; both stop when it is dropped.
 pub struct Harness {

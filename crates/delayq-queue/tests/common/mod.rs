@@ -12,10 +12,7 @@ use delayq_queue::{RedisScheduler, RedisSchedulerOptions};
 
 /// A key prefix no other test (or run) uses.
 pub fn unique_prefix() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("dqtest:{}-{}-{counter}", std::process::id(), Timestamp::now().as_millis())
+    format!("dqtest:{}", delayq_testkit::unique_name("run"))
 }
 
 /// Connects a scheduler to `url` (one server, or comma-separated cluster seeds) under `prefix`.
