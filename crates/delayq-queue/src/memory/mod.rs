@@ -6,7 +6,7 @@
 //!
 //! - Jobs live in a slab, found by id through a hash map; the indexes below
 //!   hold slot numbers, so a transition updates small keys in place and never
-//!   moves a job, cloning it only for what the caller gets back (`engine`).
+//!   moves a job, cloning it only for what the caller gets back (`state`).
 //! - The timeline is one ordered map of `(instant, seq)` holding, for each job,
 //!   its single pending instant: `run_at` while delayed, the ttl expiry while
 //!   ready, the ttr deadline while reserved. Entries are removed eagerly when
@@ -22,7 +22,7 @@
 //! ended job; a `reserve` may still hand out a ready job whose ttl passed but
 //! that the timer has not expired yet.
 
-mod engine;
+mod state;
 mod topic;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -33,7 +33,7 @@ use delayq_common::{Job, JobId, Timestamp, Topic};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use self::engine::Engine;
+use self::state::MemoryState;
 use crate::error::QueueResult;
 use crate::scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
 
@@ -42,7 +42,7 @@ const MAX_WAIT: Duration = Duration::from_secs(86_400);
 
 /// The in-process scheduler.
 pub struct MemoryScheduler {
-    engine: Mutex<Engine>,
+    state: Mutex<MemoryState>,
     /// Raised when something is due sooner than the timer may think.
     timer: Arc<Notify>,
 }
@@ -50,15 +50,15 @@ pub struct MemoryScheduler {
 impl MemoryScheduler {
     /// Creates an empty scheduler.
     pub fn new() -> MemoryScheduler {
-        MemoryScheduler { engine: Mutex::new(Engine::default()), timer: Arc::new(Notify::new()) }
+        MemoryScheduler { state: Mutex::new(MemoryState::default()), timer: Arc::new(Notify::new()) }
     }
 
     /// Runs `operation` under the lock, then raises the signals it asked for.
-    fn with_engine<T>(&self, operation: impl FnOnce(&mut Engine) -> T) -> T {
+    fn with_state<T>(&self, operation: impl FnOnce(&mut MemoryState) -> T) -> T {
         let (outcome, wakes) = {
-            let mut engine = self.lock();
-            let outcome = operation(&mut engine);
-            (outcome, engine.take_wakes())
+            let mut state = self.lock();
+            let outcome = operation(&mut state);
+            (outcome, state.take_wakes())
         };
         if wakes.timer {
             self.timer.notify_one();
@@ -69,10 +69,10 @@ impl MemoryScheduler {
         outcome
     }
 
-    fn lock(&self) -> MutexGuard<'_, Engine> {
+    fn lock(&self) -> MutexGuard<'_, MemoryState> {
         // A panic while the lock was held (a bug) should not turn every later
-        // call into a panic too; the engine's maps stay usable.
-        self.engine.lock().unwrap_or_else(PoisonError::into_inner)
+        // call into a panic too; the state's maps stay usable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -111,27 +111,27 @@ impl Scheduler for MemoryScheduler {
 
     async fn schedule(&self, job: &Job) -> QueueResult<()> {
         let now = Timestamp::now();
-        self.with_engine(|engine| engine.schedule(job, now))
+        self.with_state(|state| state.schedule(job, now))
     }
 
     async fn schedule_batch(&self, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
         let now = Timestamp::now();
-        Ok(self.with_engine(|engine| jobs.iter().map(|job| engine.schedule(job, now)).collect()))
+        Ok(self.with_state(|state| jobs.iter().map(|job| state.schedule(job, now)).collect()))
     }
 
     async fn restore(&self, job: &Job) -> QueueResult<bool> {
         let now = Timestamp::now();
-        Ok(self.with_engine(|engine| engine.restore(job, now)))
+        Ok(self.with_state(|state| state.restore(job, now)))
     }
 
     async fn restore_batch(&self, jobs: &[Job], _fence: &RestoreFence) -> QueueResult<Vec<bool>> {
         let now = Timestamp::now();
-        Ok(self.with_engine(|engine| jobs.iter().map(|job| engine.restore(job, now)).collect()))
+        Ok(self.with_state(|state| jobs.iter().map(|job| state.restore(job, now)).collect()))
     }
 
     async fn replace(&self, job: &Job) -> QueueResult<Job> {
         let now = Timestamp::now();
-        self.with_engine(|engine| engine.replace(job, now))
+        self.with_state(|state| state.replace(job, now))
     }
 
     async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
@@ -146,9 +146,9 @@ impl Scheduler for MemoryScheduler {
             let ready = waiter.signal.notified();
             tokio::pin!(ready);
             ready.as_mut().enable();
-            let (jobs, more_ready) = self.with_engine(|engine| {
-                let jobs = engine.reserve(topic, count, Timestamp::now());
-                (jobs, engine.has_ready(topic))
+            let (jobs, more_ready) = self.with_state(|state| {
+                let jobs = state.reserve(topic, count, Timestamp::now());
+                (jobs, state.has_ready(topic))
             });
             if !jobs.is_empty() || Instant::now() >= deadline {
                 if more_ready {
@@ -163,21 +163,21 @@ impl Scheduler for MemoryScheduler {
     }
 
     async fn finish(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
-        self.with_engine(|engine| engine.finish(id, attempt))
+        self.with_state(|state| state.finish(id, attempt))
     }
 
     async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
         let now = Timestamp::now();
-        self.with_engine(|engine| engine.nack(id, attempt, delay, now))
+        self.with_state(|state| state.nack(id, attempt, delay, now))
     }
 
     async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
         let now = Timestamp::now();
-        self.with_engine(|engine| engine.touch(id, attempt, now))
+        self.with_state(|state| state.touch(id, attempt, now))
     }
 
     async fn delete(&self, id: &JobId) -> QueueResult<Job> {
-        self.with_engine(|engine| engine.delete(id))
+        self.with_state(|state| state.delete(id))
     }
 
     async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
@@ -185,7 +185,7 @@ impl Scheduler for MemoryScheduler {
     }
 
     async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion> {
-        Ok(self.with_engine(|engine| engine.promote(now, max_batch)))
+        Ok(self.with_state(|state| state.promote(now, max_batch)))
     }
 
     fn wakeup(&self) -> Arc<Notify> {
@@ -197,7 +197,7 @@ impl Scheduler for MemoryScheduler {
     }
 
     async fn clear(&self) -> QueueResult<u64> {
-        Ok(self.with_engine(Engine::clear))
+        Ok(self.with_state(MemoryState::clear))
     }
 
     async fn ping(&self) -> QueueResult<()> {

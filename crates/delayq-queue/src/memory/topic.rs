@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::engine::{ReadyKey, Slot};
+use super::state::{ReadyKey, Slot};
 
 /// The per-topic part of the state.
 pub(super) struct TopicQueue {

@@ -8,8 +8,8 @@ use futures::future::{join_all, BoxFuture};
 
 use super::codec::CodecError;
 use super::connection::unavailable;
-use super::engine::{Engine, Removal};
 use super::keys::{self, ShardKeys};
+use super::runner::{Removal, ScriptRunner};
 use crate::error::{QueueError, QueueResult};
 
 /// The most jobs one schedule script call carries.
@@ -19,38 +19,41 @@ pub(super) const REMOVE_CHUNK: usize = 256;
 /// Jobs per call of the get script.
 pub(super) const GET_CHUNK: usize = 256;
 pub(super) fn send_schedules<'a>(
-    engine: &'a Engine,
+    runner: &'a ScriptRunner,
     jobs: &'a [Job],
 ) -> BoxFuture<'a, QueueResult<Vec<QueueResult<()>>>> {
-    Box::pin(schedule_jobs(engine, jobs))
+    Box::pin(schedule_jobs(runner, jobs))
 }
 
 pub(super) fn send_removals<'a>(
-    engine: &'a Engine,
+    runner: &'a ScriptRunner,
     removals: &'a [(JobId, Removal)],
 ) -> BoxFuture<'a, QueueResult<Vec<QueueResult<Job>>>> {
-    Box::pin(remove_jobs(engine, removals))
+    Box::pin(remove_jobs(runner, removals))
 }
 
 pub(super) fn send_gets<'a>(
-    engine: &'a Engine,
+    runner: &'a ScriptRunner,
     ids: &'a [JobId],
 ) -> BoxFuture<'a, QueueResult<Vec<QueueResult<Option<Job>>>>> {
     Box::pin(async move {
-        let outcomes = call_by_shard(engine, ids.iter(), GET_CHUNK, |shard, chunk| {
+        let outcomes = call_by_shard(runner, ids.iter(), GET_CHUNK, |shard, chunk| {
             let chunk_ids: Vec<&JobId> = chunk.iter().filter_map(|&position| ids.get(position)).collect();
-            async move { Ok(engine.get(shard, &chunk_ids).await?.into_iter().map(Ok).collect()) }
+            async move { Ok(runner.get(shard, &chunk_ids).await?.into_iter().map(Ok).collect()) }
         });
         Ok(outcomes.await)
     })
 }
 
 /// Finishes or deletes jobs, each judged alone.
-pub(super) async fn remove_jobs(engine: &Engine, removals: &[(JobId, Removal)]) -> QueueResult<Vec<QueueResult<Job>>> {
-    let outcomes = call_by_shard(engine, removals.iter().map(|(id, _)| id), REMOVE_CHUNK, |shard, chunk| {
+pub(super) async fn remove_jobs(
+    runner: &ScriptRunner,
+    removals: &[(JobId, Removal)],
+) -> QueueResult<Vec<QueueResult<Job>>> {
+    let outcomes = call_by_shard(runner, removals.iter().map(|(id, _)| id), REMOVE_CHUNK, |shard, chunk| {
         let chunk_removals: Vec<(&JobId, Removal)> =
             chunk.iter().filter_map(|&position| removals.get(position)).map(|(id, removal)| (id, *removal)).collect();
-        async move { engine.remove(shard, &chunk_removals).await }
+        async move { runner.remove(shard, &chunk_removals).await }
     });
     Ok(outcomes.await)
 }
@@ -59,7 +62,7 @@ pub(super) async fn remove_jobs(engine: &Engine, removals: &[(JobId, Removal)]) 
 /// them), all at once, and puts the per-job outcomes back in the order of
 /// `ids`; a call that fails fails each of its jobs.
 pub(super) async fn call_by_shard<'a, T, Call, Reply>(
-    engine: &'a Engine,
+    runner: &'a ScriptRunner,
     ids: impl Iterator<Item = &'a JobId>,
     chunk: usize,
     call: Call,
@@ -69,12 +72,12 @@ where
     Reply: std::future::Future<Output = QueueResult<Vec<QueueResult<T>>>>,
 {
     let mut count = 0;
-    let calls = chunks_by_shard(engine, ids.enumerate().inspect(|&(position, _)| count = position + 1), chunk);
+    let calls = chunks_by_shard(runner, ids.enumerate().inspect(|&(position, _)| count = position + 1), chunk);
     let replies = join_all(calls.iter().map(|(shard, positions)| call(shard, positions))).await;
     let mut outcomes: Vec<Option<QueueResult<T>>> = (0..count).map(|_| None).collect();
     for ((_, positions), reply) in calls.iter().zip(replies) {
         let outcomes_of_call: Vec<QueueResult<T>> = match reply {
-            // The engine checked that the reply has one outcome per job.
+            // The runner checked that the reply has one outcome per job.
             Ok(replies) => replies,
             Err(error) => positions.iter().map(|_| Err(error.unavailable_copy())).collect(),
         };
@@ -90,11 +93,11 @@ where
 /// Groups the positions of `ids` by the shard of each id, in chunks of at most
 /// `chunk` positions, in shard order.
 pub(super) fn chunks_by_shard<'e, 'i>(
-    engine: &'e Engine,
+    runner: &'e ScriptRunner,
     ids: impl Iterator<Item = (usize, &'i JobId)>,
     chunk: usize,
 ) -> Vec<(&'e ShardKeys, Vec<usize>)> {
-    let shards = engine.shards.len();
+    let shards = runner.shards.len();
     let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
     for (position, id) in ids {
         // `shard_of` is below `shards`, so every position finds its shard.
@@ -102,7 +105,7 @@ pub(super) fn chunks_by_shard<'e, 'i>(
             positions.push(position);
         }
     }
-    engine
+    runner
         .shards
         .iter()
         .zip(by_shard)
@@ -113,13 +116,13 @@ pub(super) fn chunks_by_shard<'e, 'i>(
 }
 
 /// Adds new jobs, one script call per shard (and chunk); each job judged alone.
-pub(super) async fn schedule_jobs(engine: &Engine, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
+pub(super) async fn schedule_jobs(runner: &ScriptRunner, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
     let now = Timestamp::now();
     let outcomes =
-        call_by_shard(engine, jobs.iter().map(|job| &job.id), SCHEDULE_CHUNK, |shard, chunk| {
+        call_by_shard(runner, jobs.iter().map(|job| &job.id), SCHEDULE_CHUNK, |shard, chunk| {
             let chunk_jobs: Vec<&Job> = chunk.iter().filter_map(|&position| jobs.get(position)).collect();
             async move {
-                let added = engine.schedule(shard, &chunk_jobs, now).await?;
+                let added = runner.schedule(shard, &chunk_jobs, now).await?;
                 Ok(chunk_jobs
                     .iter()
                     .zip(added)

@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use super::connection::{unavailable, TimedOut};
-use super::engine::Engine;
+use super::runner::ScriptRunner;
 use crate::error::QueueResult;
 
 /// The most calls one drain round sends.
@@ -28,7 +28,8 @@ const MAX_GROUP: usize = 1024;
 
 /// Sends a group of requests in as few script calls as it can; answers one
 /// outcome per request, in order (an outer error fails them all).
-pub(super) type SendGroup<I, O> = for<'a> fn(&'a Engine, &'a [I]) -> BoxFuture<'a, QueueResult<Vec<QueueResult<O>>>>;
+pub(super) type SendGroup<I, O> =
+    for<'a> fn(&'a ScriptRunner, &'a [I]) -> BoxFuture<'a, QueueResult<Vec<QueueResult<O>>>>;
 
 struct Waiting<I, O> {
     request: I,
@@ -37,7 +38,7 @@ struct Waiting<I, O> {
 
 /// The queue of calls of one kind waiting for the next group.
 pub(super) struct Combiner<I, O> {
-    engine: Arc<Engine>,
+    runner: Arc<ScriptRunner>,
     send: SendGroup<I, O>,
     waiting: Mutex<Vec<Waiting<I, O>>>,
     /// Whether a drain task is running (it owns the sending).
@@ -45,8 +46,8 @@ pub(super) struct Combiner<I, O> {
 }
 
 impl<I: Send + Sync + 'static, O: Send + 'static> Combiner<I, O> {
-    pub(super) fn new(engine: Arc<Engine>, send: SendGroup<I, O>) -> Combiner<I, O> {
-        Combiner { engine, send, waiting: Mutex::new(Vec::new()), draining: AtomicBool::new(false) }
+    pub(super) fn new(runner: Arc<ScriptRunner>, send: SendGroup<I, O>) -> Combiner<I, O> {
+        Combiner { runner, send, waiting: Mutex::new(Vec::new()), draining: AtomicBool::new(false) }
     }
 
     /// Sends `request` in the next group; answers as a group of one would.
@@ -58,10 +59,10 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Combiner<I, O> {
         }
         // A caller waits no longer than one Redis call may take, even behind a
         // group that is still waiting for a Redis that went away.
-        match tokio::time::timeout(self.engine.timeout, answer).await {
+        match tokio::time::timeout(self.runner.timeout, answer).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err(unavailable("the task sending to Redis stopped")),
-            Err(_) => Err(unavailable(TimedOut(self.engine.timeout))),
+            Err(_) => Err(unavailable(TimedOut(self.runner.timeout))),
         }
     }
 
@@ -85,7 +86,7 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Combiner<I, O> {
             }
             let (requests, replies): (Vec<I>, Vec<_>) =
                 group.into_iter().map(|waiting| (waiting.request, waiting.reply)).unzip();
-            match (self.send)(&self.engine, &requests).await {
+            match (self.send)(&self.runner, &requests).await {
                 Ok(outcomes) => {
                     for (reply, outcome) in replies.into_iter().zip(outcomes) {
                         let _gone = reply.send(outcome);

@@ -28,7 +28,7 @@
 //! Layout of this module:
 //! - `connection`: standalone or cluster connection and call timeouts;
 //! - `keys`: key names, shard of an id, id encoding; `codec`: the job record;
-//! - `scripts` and `lua/`: the transitions; `engine`: one script call per shard;
+//! - `scripts` and `lua/`: the transitions; `runner`: one script call per shard;
 //! - `combine`: single schedules, finishes and deletes, and reads that arrive
 //!   together, sent as one batch; `by_shard`: a batch cut into one script call
 //!   per shard, the outcomes put back in order;
@@ -41,12 +41,12 @@ mod by_shard;
 mod codec;
 mod combine;
 mod connection;
-mod engine;
 mod keys;
 mod nodes;
 mod notify;
 mod reply;
 mod reserve;
+mod runner;
 mod scripts;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,10 +65,10 @@ use self::by_shard::{
 };
 use self::combine::Combiner;
 use self::connection::{unavailable, RedisConnection, TimedOut};
-use self::engine::{Engine, Removal};
 use self::keys::ShardKeys;
 pub use self::nodes::{ForeignNode, JoinError, NodeRegistry, NodeRegistryOptions};
 use self::notify::{Channels, Signals};
+use self::runner::{Removal, ScriptRunner};
 use crate::error::{QueueError, QueueResult};
 use crate::scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
 
@@ -108,7 +108,7 @@ impl Default for RedisSchedulerOptions {
 
 /// The scheduler on Redis; see the module docs for the layout.
 pub struct RedisScheduler {
-    engine: Arc<Engine>,
+    runner: Arc<ScriptRunner>,
     /// Single schedules, sent together.
     schedules: Arc<Combiner<Job, ()>>,
     /// Finishes and deletes, sent together.
@@ -150,18 +150,18 @@ impl RedisScheduler {
             return Err(unavailable(TimedOut(options.timeout * 2)));
         }
         let keys = (0..shards).map(|index| ShardKeys::new(&options.prefix, index)).collect();
-        let engine = Engine::new(connection, keys, options.prefix, options.timeout, signals);
+        let runner = ScriptRunner::new(connection, keys, options.prefix, options.timeout, signals);
         info!(shards, cluster = urls.len() > 1, "redis scheduler connected");
-        let engine = Arc::new(engine);
-        let schedules = Arc::new(Combiner::new(Arc::clone(&engine), send_schedules));
-        let removals = Arc::new(Combiner::new(Arc::clone(&engine), send_removals));
-        let gets = Arc::new(Combiner::new(Arc::clone(&engine), send_gets));
-        Ok(RedisScheduler { engine, schedules, removals, gets, subscriber })
+        let runner = Arc::new(runner);
+        let schedules = Arc::new(Combiner::new(Arc::clone(&runner), send_schedules));
+        let removals = Arc::new(Combiner::new(Arc::clone(&runner), send_removals));
+        let gets = Arc::new(Combiner::new(Arc::clone(&runner), send_gets));
+        Ok(RedisScheduler { runner, schedules, removals, gets, subscriber })
     }
 
     /// Returns the number of shards in use.
     pub fn shards(&self) -> usize {
-        self.engine.shards.len()
+        self.runner.shards.len()
     }
 }
 
@@ -182,7 +182,7 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn schedule_batch(&self, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
-        schedule_jobs(&self.engine, jobs).await
+        schedule_jobs(&self.runner, jobs).await
     }
 
     async fn restore(&self, job: &Job) -> QueueResult<bool> {
@@ -193,20 +193,20 @@ impl Scheduler for RedisScheduler {
     /// Opens the restore window of every shard (`lua/restoring.lua`); the
     /// fence holds each shard's Redis time.
     async fn open_restore(&self) -> QueueResult<RestoreFence> {
-        let engine = &self.engine;
-        let marks = try_join_all(engine.shards.iter().map(|shard| engine.open_restore(shard))).await?;
+        let runner = &self.runner;
+        let marks = try_join_all(runner.shards.iter().map(|shard| runner.open_restore(shard))).await?;
         Ok(RestoreFence::new(marks))
     }
 
     async fn restore_batch(&self, jobs: &[Job], fence: &RestoreFence) -> QueueResult<Vec<bool>> {
         let now = Timestamp::now();
         let live = jobs.iter().enumerate().filter(|(_, job)| !job.state.is_terminal()).map(|(at, job)| (at, &job.id));
-        let calls = chunks_by_shard(&self.engine, live, SCHEDULE_CHUNK);
+        let calls = chunks_by_shard(&self.runner, live, SCHEDULE_CHUNK);
         let replies = try_join_all(calls.iter().map(|(shard, positions)| {
             let chunk_jobs: Vec<&Job> = positions.iter().filter_map(|&position| jobs.get(position)).collect();
             // 0: no fence (a shard the fence has no mark of is not fenced either).
             let mark = fence.mark(shard.index).unwrap_or(0);
-            async move { self.engine.restore(shard, &chunk_jobs, now, mark).await }
+            async move { self.runner.restore(shard, &chunk_jobs, now, mark).await }
         }))
         .await?;
         let mut added = vec![false; jobs.len()];
@@ -228,23 +228,23 @@ impl Scheduler for RedisScheduler {
     /// (created when missing, with the shard count): a missing epoch or an
     /// unmarked shard means Redis lost that data.
     async fn check_intact(&self) -> QueueResult<bool> {
-        let engine = &self.engine;
-        let meta = format!("{}:meta", engine.prefix);
+        let runner = &self.runner;
+        let meta = format!("{}:meta", runner.prefix);
         let mut pipeline = redis::pipe();
         pipeline.cmd("HSETNX").arg(&meta).arg("epoch").arg(origin_id());
-        pipeline.cmd("HSETNX").arg(&meta).arg("shards").arg(engine.shards.len()).ignore();
+        pipeline.cmd("HSETNX").arg(&meta).arg("shards").arg(runner.shards.len()).ignore();
         pipeline.cmd("HGET").arg(&meta).arg("epoch");
-        let (created, epoch): (bool, String) = engine.connection.query_pipeline(&pipeline, engine.timeout).await?;
-        let marked = try_join_all(engine.shards.iter().map(|shard| engine.mark(shard, &epoch))).await?;
+        let (created, epoch): (bool, String) = runner.connection.query_pipeline(&pipeline, runner.timeout).await?;
+        let marked = try_join_all(runner.shards.iter().map(|shard| runner.mark(shard, &epoch))).await?;
         Ok(!created && marked.into_iter().all(|kept| kept))
     }
 
     async fn replace(&self, job: &Job) -> QueueResult<Job> {
-        self.engine.replace(job, Timestamp::now()).await
+        self.runner.replace(job, Timestamp::now()).await
     }
 
     async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
-        self.engine.reserve_jobs(topic, count, wait).await
+        self.runner.reserve_jobs(topic, count, wait).await
     }
 
     async fn finish(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
@@ -252,11 +252,11 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
-        self.engine.nack(id, attempt, delay).await.map_err(|error| named_attempt(error, attempt))
+        self.runner.nack(id, attempt, delay).await.map_err(|error| named_attempt(error, attempt))
     }
 
     async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
-        self.engine.touch(id, attempt).await.map_err(|error| named_attempt(error, attempt))
+        self.runner.touch(id, attempt).await.map_err(|error| named_attempt(error, attempt))
     }
 
     async fn delete(&self, id: &JobId) -> QueueResult<Job> {
@@ -267,7 +267,7 @@ impl Scheduler for RedisScheduler {
         let mut removed = 0;
         for chunk in ids.chunks(DELETE_BATCH_CHUNK) {
             let removals: Vec<(JobId, Removal)> = chunk.iter().map(|id| (id.clone(), Removal::Delete)).collect();
-            for outcome in remove_jobs(&self.engine, &removals).await? {
+            for outcome in remove_jobs(&self.runner, &removals).await? {
                 match outcome {
                     Ok(_) => removed += 1,
                     Err(QueueError::NotFound(_)) => {}
@@ -283,52 +283,52 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion> {
-        let engine = &self.engine;
+        let runner = &self.runner;
         let max_batch = max_batch.max(1);
         let now_ms = now.as_millis();
-        let (mut known_due, sweep) = engine.signals.shard_due();
+        let (mut known_due, sweep) = runner.signals.shard_due();
         let mut promotion = Promotion::default();
         // Shards known to be due (all of them on a sweep) share the batch; a
         // later round gives what is left of it to the shards still due.
         let due_at = |known_due: &[u64], shard: usize| known_due.get(shard).copied().unwrap_or(u64::MAX);
         let mut targets: Vec<&ShardKeys> =
-            engine.shards.iter().filter(|shard| sweep || due_at(&known_due, shard.index) <= now_ms).collect();
+            runner.shards.iter().filter(|shard| sweep || due_at(&known_due, shard.index) <= now_ms).collect();
         for _ in 0..MAX_PROMOTE_ROUNDS {
             if targets.is_empty() {
                 break;
             }
             let budget = max_batch - promotion.changed.len();
-            let limits = split_batch(budget, targets.len(), engine.next_start());
-            let rounds = targets.iter().zip(limits).map(|(&shard, limit)| engine.promote(shard, now, limit));
+            let limits = split_batch(budget, targets.len(), runner.next_start());
+            let rounds = targets.iter().zip(limits).map(|(&shard, limit)| runner.promote(shard, now, limit));
             for (&shard, (changed, next_due)) in targets.iter().zip(try_join_all(rounds).await?) {
                 promotion.changed.extend(changed);
                 if let Some(known) = known_due.get_mut(shard.index) {
-                    engine.signals.settle_shard_due(shard.index, *known, next_due);
+                    runner.signals.settle_shard_due(shard.index, *known, next_due);
                     *known = next_due.unwrap_or(u64::MAX);
                 }
             }
             if promotion.changed.len() >= max_batch {
                 break;
             }
-            targets = engine.shards.iter().filter(|shard| due_at(&known_due, shard.index) <= now_ms).collect();
+            targets = runner.shards.iter().filter(|shard| due_at(&known_due, shard.index) <= now_ms).collect();
         }
         let earliest = known_due.into_iter().min().filter(|&due| due != u64::MAX);
         promotion.next_due = earliest.map(Timestamp::from_millis);
         promotion.more = earliest.is_some_and(|due| due <= now_ms);
-        engine.signals.timer_saw(promotion.next_due);
+        runner.signals.timer_saw(promotion.next_due);
         Ok(promotion)
     }
 
     fn fence(&self, epoch: u64) {
-        self.engine.fence.fetch_max(epoch, std::sync::atomic::Ordering::AcqRel);
+        self.runner.fence.fetch_max(epoch, std::sync::atomic::Ordering::AcqRel);
     }
 
     fn wakeup(&self) -> Arc<Notify> {
-        Arc::clone(&self.engine.signals.timer)
+        Arc::clone(&self.runner.signals.timer)
     }
 
     async fn stats(&self) -> QueueResult<Vec<TopicStats>> {
-        let metas = try_join_all(self.engine.shards.iter().map(|shard| self.engine.meta(shard))).await?;
+        let metas = try_join_all(self.runner.shards.iter().map(|shard| self.runner.meta(shard))).await?;
         let mut per_topic: std::collections::BTreeMap<String, [u64; 3]> = std::collections::BTreeMap::new();
         for (field, count) in metas.into_iter().flatten() {
             let slot = match field.as_bytes().first() {
@@ -352,12 +352,12 @@ impl Scheduler for RedisScheduler {
     }
 
     async fn clear(&self) -> QueueResult<u64> {
-        let cleared = try_join_all(self.engine.shards.iter().map(|shard| self.engine.clear(shard))).await?;
+        let cleared = try_join_all(self.runner.shards.iter().map(|shard| self.runner.clear(shard))).await?;
         Ok(cleared.into_iter().sum())
     }
 
     async fn ping(&self) -> QueueResult<()> {
-        self.engine.connection.query::<redis::Value>(&redis::cmd("PING"), self.engine.timeout).await.map(drop)
+        self.runner.connection.query::<redis::Value>(&redis::cmd("PING"), self.runner.timeout).await.map(drop)
     }
 }
 

@@ -85,13 +85,13 @@ impl RedisScheduler {
     /// written until [`NodeRegistry::join`].
     pub fn node_registry(&self, name: &str, store_id: &StoreId, options: NodeRegistryOptions) -> NodeRegistry {
         NodeRegistry {
-            connection: self.engine.connection.clone(),
+            connection: self.runner.connection.clone(),
             script: Script::new(include_str!("lua/nodes.lua")),
-            key: format!("{}:nodes", self.engine.prefix),
+            key: format!("{}:nodes", self.runner.prefix),
             instance: super::origin_id(),
             name: name.to_owned(),
             store_id: store_id.clone(),
-            call_timeout: self.engine.timeout,
+            call_timeout: self.runner.timeout,
             options,
         }
     }

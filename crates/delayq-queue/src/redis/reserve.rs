@@ -19,8 +19,8 @@ use futures::future::{join_all, try_join_all};
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::engine::Engine;
 use super::notify::TopicSignal;
+use super::runner::ScriptRunner;
 use crate::error::QueueResult;
 
 /// The longest a waiting consumer sleeps before looking again on its own,
@@ -29,7 +29,7 @@ const RESCAN_EVERY: Duration = Duration::from_secs(1);
 /// The longest wait honoured (a day), for waits too large to add to a clock.
 const MAX_WAIT: Duration = Duration::from_secs(86_400);
 
-impl Engine {
+impl ScriptRunner {
     /// Reserves up to `count` ready jobs of `topic`, waiting up to `wait` for the first.
     pub(super) async fn reserve_jobs(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
         if count == 0 {

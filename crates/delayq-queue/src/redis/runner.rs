@@ -22,7 +22,7 @@ use crate::scheduler::{reservation_deadline, waiting_state};
 const CACHED_TOPIC_CODES: usize = 4096;
 
 /// Shared state of one Redis scheduler instance.
-pub(super) struct Engine {
+pub(super) struct ScriptRunner {
     pub(super) connection: RedisConnection,
     pub(super) scripts: Scripts,
     pub(super) shards: Vec<ShardKeys>,
@@ -70,16 +70,16 @@ pub(super) enum Removal {
     Delete,
 }
 
-impl Engine {
+impl ScriptRunner {
     pub(super) fn new(
         connection: RedisConnection,
         shards: Vec<ShardKeys>,
         prefix: String,
         timeout: Duration,
         signals: Arc<Signals>,
-    ) -> Engine {
+    ) -> ScriptRunner {
         let topic_codes = shards.iter().map(|_| Mutex::new(HashMap::new())).collect();
-        Engine {
+        ScriptRunner {
             connection,
             scripts: Scripts::new(),
             topic_codes,

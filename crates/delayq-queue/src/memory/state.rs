@@ -38,7 +38,7 @@ struct Entry {
 
 /// The whole in-process scheduler state.
 #[derive(Default)]
-pub(super) struct Engine {
+pub(super) struct MemoryState {
     slots: Vec<Option<Entry>>,
     free: Vec<Slot>,
     by_id: HashMap<JobId, Slot>,
@@ -59,7 +59,7 @@ pub(super) struct Wakes {
     pub(super) topics: Vec<Arc<Notify>>,
 }
 
-impl Engine {
+impl MemoryState {
     /// Takes the signals gathered since the last call.
     pub(super) fn take_wakes(&mut self) -> Wakes {
         std::mem::take(&mut self.wakes)
@@ -72,7 +72,7 @@ impl Engine {
         Arc::clone(&queue.signal)
     }
 
-    /// Unregisters a waiter added with [`Engine::wait_on`]; forgets the topic if unused.
+    /// Unregisters a waiter added with [`MemoryState::wait_on`]; forgets the topic if unused.
     pub(super) fn stop_waiting(&mut self, topic: &Topic) {
         if let Some(queue) = self.topics.get_mut(topic) {
             queue.waiters = queue.waiters.saturating_sub(1);
