@@ -96,7 +96,17 @@ fn nested(depth: usize) -> String {
 
 /// Requests a hostile client might send, each with a name for failure messages.
 fn corpus() -> Vec<(&'static str, Vec<u8>)> {
-    let mut corpus: Vec<(&'static str, Vec<u8>)> = vec![
+    let mut corpus = broken_http();
+    corpus.extend(hostile_values());
+    let mut pipelined: Vec<u8> = (0..200).flat_map(|_| b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()).collect();
+    pipelined.extend_from_slice(&get("/health"));
+    corpus.push(("two hundred pipelined requests", pipelined));
+    corpus
+}
+
+/// Requests whose HTTP framing is broken: request lines, headers, lengths, chunks.
+fn broken_http() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
         ("garbage request line", b"GARBAGE\r\n\r\n".to_vec()),
         ("binary noise", (0..=255u8).cycle().take(4096).collect()),
         ("unknown version", b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n".to_vec()),
@@ -138,6 +148,12 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
             "endless chunk size",
             b"POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFFFF\r\n".to_vec(),
         ),
+    ]
+}
+
+/// Well-framed requests with hostile values: JSON, numbers, queries, paths, sizes, nesting.
+fn hostile_values() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
         ("not JSON", post("/push", b"hello")),
         ("empty body", post("/push", b"")),
         ("invalid UTF-8 in a string", post("/push", b"{\"topic\":\"t\",\"body\":\"\xff\xfe\xc0\"}")),
@@ -199,11 +215,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
             "a million batch entries",
             post("/push/batch", format!(r#"{{"jobs":[{}]}}"#, vec!["{}"; 1_000_000].join(",")).as_bytes()),
         ),
-    ];
-    let mut pipelined: Vec<u8> = (0..200).flat_map(|_| b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()).collect();
-    pipelined.extend_from_slice(&get("/health"));
-    corpus.push(("two hundred pipelined requests", pipelined));
-    corpus
+    ]
 }
 
 /// Batches just under the request ceiling that are cheap as bytes and
