@@ -476,20 +476,7 @@ async fn frozen_leader_returns_as_a_follower_without_leader_work() {
         continued_at - stopped_at
     );
 
-    // What the thawed node says until it follows the new leader.
-    let mut said = Vec::new();
-    let thawing = Instant::now();
-    loop {
-        let role = view(&nodes[frozen].client).await.map(|view| view.role);
-        if said.last() != Some(&role) {
-            said.push(role.clone());
-        }
-        if role.as_deref() == Some("follower") || thawing.elapsed() > SETTLE {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    println!("the thawed node said {said:?} within {:?}", thawing.elapsed());
+    let said = roles_until_following(&nodes[frozen].client).await;
     assert!(!said.contains(&Some("leader".to_owned())), "the thawed node claimed to lead: {said:?}");
 
     // It comes back as a follower of the new leader, and the cluster has one leader.
@@ -504,7 +491,35 @@ async fn frozen_leader_returns_as_a_follower_without_leader_work() {
     assert_eq!(missing, 0, "jobs lost");
     assert_eq!(duplicated, 0, "jobs delivered twice within their ttr");
 
-    // The journal: each job was promoted once, and never by the frozen node after it froze.
+    check_promotions(&backends, JOBS, nodes[frozen].name, stopped_at).await;
+    let frozen_log = nodes[frozen].server().log();
+    let terms = frozen_log.matches("leader work starts").count();
+    assert_eq!(terms, 1, "the frozen node led once, before it froze:\n{frozen_log}");
+    clean_up(nodes, &backends).await;
+}
+
+/// The roles a thawed node reports, each change once, until it follows the
+/// new leader (or [`SETTLE`] passes).
+async fn roles_until_following(client: &Client) -> Vec<Option<String>> {
+    let mut said = Vec::new();
+    let thawing = Instant::now();
+    loop {
+        let role = view(client).await.map(|view| view.role);
+        if said.last() != Some(&role) {
+            said.push(role.clone());
+        }
+        if role.as_deref() == Some("follower") || thawing.elapsed() > SETTLE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!("the thawed node said {said:?} within {:?}", thawing.elapsed());
+    said
+}
+
+/// Checks the journal: each of the `jobs` jobs was promoted once, and never by
+/// the node `frozen` after `stopped_at`.
+async fn check_promotions(backends: &Backends, jobs: usize, frozen: &str, stopped_at: u64) {
     let mut connection = backends.connect().await;
     let started = Instant::now();
     let promoted = loop {
@@ -512,12 +527,12 @@ async fn frozen_leader_returns_as_a_follower_without_leader_work() {
             .fetch_one(&mut connection)
             .await
             .expect("count promotions");
-        if promoted as usize >= JOBS || started.elapsed() > SETTLE {
+        if promoted as usize >= jobs || started.elapsed() > SETTLE {
             break promoted;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(promoted as usize, JOBS, "every job's promotion is journaled");
+    assert_eq!(promoted as usize, jobs, "every job's promotion is journaled");
     // Text columns have a binary collation: read them as bytes.
     let twice: Vec<(Vec<u8>, i64)> = sqlx::query_as(
         "SELECT job_id, COUNT(*) FROM job_log WHERE status = 'ready' GROUP BY job_id HAVING COUNT(*) > 1",
@@ -537,17 +552,13 @@ async fn frozen_leader_returns_as_a_follower_without_leader_work() {
         by_node.into_iter().map(|(node, count)| (String::from_utf8_lossy(&node).into_owned(), count)).collect();
     let late: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM job_log WHERE status = 'ready' AND node = ? AND update_time > ?")
-            .bind(nodes[frozen].name)
+            .bind(frozen)
             .bind(stopped_at as i64)
             .fetch_one(&mut connection)
             .await
             .expect("late promotions");
-    println!("promotions per node: {by_node:?}; by {} after it froze: {late}", nodes[frozen].name);
+    println!("promotions per node: {by_node:?}; by {frozen} after it froze: {late}");
     assert_eq!(late, 0, "the frozen leader promoted jobs after it was frozen");
-    let frozen_log = nodes[frozen].server().log();
-    let terms = frozen_log.matches("leader work starts").count();
-    assert_eq!(terms, 1, "the frozen node led once, before it froze:\n{frozen_log}");
-    clean_up(nodes, &backends).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
