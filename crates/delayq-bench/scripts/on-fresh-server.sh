@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one delayq-bench workload against a freshly started, empty delayq server
-# (WORKLOADS.md: "start from an empty server"), then stops that server.
+# (docs/benchmarks.md: each workload starts from an empty server), then stops it.
 #
 # Usage: on-fresh-server.sh <workload> [delayq-bench flags...]
 #   e.g. on-fresh-server.sh push --mode batch --repeats 3 --json w1-batch.json

@@ -5,8 +5,8 @@
 # with the store on MariaDB; then W1 and W2 on the embedded server; W1 (single and
 # batch) and W2 over gRPC on Redis, once each; W3 and W4 on Redis, and on Redis +
 # MariaDB; the flow workload (pushes and strict consumers at once) on Redis +
-# MariaDB. W2 consumers finish what they popped before popping again (WORKLOADS.md
-# step 6). Every server is fresh and every Redis and MariaDB database
+# MariaDB. W2 consumers finish what they popped before popping again (W2 of
+# docs/benchmarks.md). Every server is fresh and every Redis and MariaDB database
 # emptied before its run (the Redis is FLUSHALLed: use one that holds nothing else).
 #
 # Usage: session.sh [OUT_DIR]   (default ./bench-session; one .json and .txt per run)

@@ -1,4 +1,4 @@
-//! Job bodies (`{"i":<i>,"due":<due_ms>,"pad":"xxx…"}`, WORKLOADS.md §0) and the
+//! Job bodies (`{"i":<i>,"due":<due_ms>,"pad":"xxx…"}`, docs/benchmarks.md) and the
 //! pre-serialized push requests that carry them.
 
 use bytes::Bytes;

@@ -1,4 +1,4 @@
-//! The one clock of every workload: wall-clock epoch milliseconds (WORKLOADS.md §0).
+//! The one clock of every workload: wall-clock epoch milliseconds (docs/benchmarks.md).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -2,7 +2,7 @@
 //! (`/pop` or gRPC `Pop`) that stamp each receipt at once and then acknowledge it.
 //!
 //! By default a slot finishes every job it received, one after another, before
-//! it pops again (WORKLOADS.md step 6, as a real worker does): a slow `/finish`
+//! it pops again (W2 of docs/benchmarks.md, as a real worker does): a slow `/finish`
 //! holds its slot back and shows up as lateness. With `--finish-concurrency` the
 //! acks go to a separate pool of finishers instead, so acknowledging never
 //! delays the next pop; that measures delivery alone.

@@ -1,4 +1,4 @@
-//! `delayq-bench`: a load generator that runs the workloads of `bench/WORKLOADS.md`
+//! `delayq-bench`: a load generator that runs the workloads of `docs/benchmarks.md`
 //! against a running delayq server over HTTP (W1, W2 and W4 also over gRPC), so
 //! delayq's numbers sit in one table with the peers'.
 //!
@@ -54,7 +54,7 @@ use crate::error::{BenchError, BenchResult};
 use crate::procstat::{Probes, ProcessProbe, RedisProbe};
 use crate::report::{Metrics, RepRecord};
 
-/// Runs a WORKLOADS.md workload against a running delayq server.
+/// Runs a workload of docs/benchmarks.md against a running delayq server.
 #[derive(Parser, Debug)]
 #[command(name = "delayq-bench", version, about)]
 struct Cli {

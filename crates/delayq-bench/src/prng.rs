@@ -1,4 +1,4 @@
-//! The mulberry32 generator of WORKLOADS.md §0 and the random choices built on it,
+//! The mulberry32 generator of docs/benchmarks.md and the random choices built on it,
 //! bit for bit the same as the peers' `lib/common.js` and `lib/workload.py`.
 
 /// The 32-bit mulberry32 generator.

@@ -1,4 +1,4 @@
-//! Workload 2 (WORKLOADS.md §2): firing lateness of evenly spaced due times, pushed
+//! Workload 2 (W2 of docs/benchmarks.md): firing lateness of evenly spaced due times, pushed
 //! in shuffled order and received by long-polling consumers.
 
 use std::sync::Arc;
@@ -31,7 +31,7 @@ pub(crate) struct ConsumerArgs {
     #[arg(long, default_value_t = 1000)]
     pub(crate) pop_timeout_ms: u64,
     /// Acknowledge on a separate pool of this many `/finish` slots, so a pop
-    /// never waits for an ack. Unset (the default, WORKLOADS.md step 6): each
+    /// never waits for an ack. Unset (the default, W2 of docs/benchmarks.md): each
     /// receive slot finishes the jobs it got, one after another, before it pops again.
     #[arg(long)]
     pub(crate) finish_concurrency: Option<usize>,

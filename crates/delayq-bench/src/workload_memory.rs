@@ -1,4 +1,4 @@
-//! Workload 3 (WORKLOADS.md §3): memory (and journal bytes) per pending delayed job.
+//! Workload 3 (W3 of docs/benchmarks.md): memory (and journal bytes) per pending delayed job.
 
 use std::sync::Arc;
 use std::time::Duration;

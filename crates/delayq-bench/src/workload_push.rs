@@ -1,4 +1,4 @@
-//! Workload 1 (WORKLOADS.md §1): push throughput of delayed jobs, single or batch.
+//! Workload 1 (W1 of docs/benchmarks.md): push throughput of delayed jobs, single or batch.
 
 use std::sync::Arc;
 
