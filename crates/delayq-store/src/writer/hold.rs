@@ -79,6 +79,12 @@ impl Held {
             out.extend(fresh);
             return out;
         }
+        let journaled = fresh.iter().any(|write| matches!(write, Write::Record { reply: None, .. }));
+        if self.entries.is_empty() && !journaled {
+            // Nothing held and nothing new that could wait: a batch of pushes
+            // and acks goes as it came, without gathering the ids it writes.
+            return fresh;
+        }
         let mut awaited: HashSet<JobId> = HashSet::new();
         for write in &fresh {
             match write {
