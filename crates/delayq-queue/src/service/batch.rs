@@ -25,7 +25,7 @@ impl DelayQueue {
         // soon as it is stored, while the next ones are written and while the
         // slices before it may still be in the scheduler: the backends work side
         // by side, and the scheduler does not wait for the answer to one slice's
-        // call to get the next (docs/performance.md measures it against one
+        // call to get the next (docs/measurements.md measures it against one
         // call in flight at a time).
         let slices: Vec<(&[Job], &[usize])> = jobs.chunks(PIPELINE_SLICE).zip(slots.chunks(PIPELINE_SLICE)).collect();
         let schedule_failed = AtomicBool::new(false);

@@ -34,7 +34,7 @@ pub(super) const INTERVAL: Duration = Duration::from_millis(10);
 /// times the database's size, with the page cache it fills), and left the
 /// backstop checkpoint a long copy inside one commit; passes further apart left
 /// the writer more of them to copy itself, a longer tail of lateness. The
-/// measurements behind these two values are in docs/performance.md ("A WAL
+/// measurements behind these two values are in docs/design.md ("A WAL
 /// that starts over").
 pub(super) const WRITER_THRESHOLD_PAGES: u32 = 4_096;
 

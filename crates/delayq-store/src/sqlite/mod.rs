@@ -189,7 +189,7 @@ impl SqliteStore {
             .pragma("temp_store", "memory")
             // Negative: KiB, per connection. The hot pages of a busy queue stay
             // cached; a larger cache costs more at every commit (SQLite walks its
-            // hash of cached pages) than it saves in reads (docs/performance.md).
+            // hash of cached pages) than it saves in reads (docs/design.md).
             .pragma("cache_size", "-8192");
         let writer_options = options
             .clone()
