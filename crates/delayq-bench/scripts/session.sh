@@ -17,7 +17,10 @@
 # repetition's number as $1: a peer's driver for the same workloads, so that the peer is
 # measured interleaved with delayq (no peer ships with delayq). Its output goes to
 # peer-<rep>.txt and is printed; lines of the form `<peer> single: jobs_per_s=N` and
-# `<peer> batch: jobs_per_s=N` are the peer's rates. At the end, `delayq-bench summarize`
+# `<peer> batch: jobs_per_s=N` are the peer's rates. PEER_ONCE_CMD, when set, runs once
+# after delayq's W3 and W4, on the emptied Redis, into peer-once.txt: the peer's W3 and W4
+# (lines `<peer> memory: bytes_per_job=N` and `<peer> burst: drain_ms=N`;
+# crates/delayq-bench/peers/peer-once.sh runs BullMQ's). At the end, `delayq-bench summarize`
 # prints every series as median (min-max) and the push rates divided by the ceiling and
 # the peer of the same repetition, and writes summary.json.
 set -euo pipefail
@@ -77,6 +80,11 @@ fresh_mysql; flush_redis
 run memory-mariadb env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" memory --redis-url "$R"
 fresh_mysql; flush_redis
 run burst-mariadb env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" burst --redis-url "$R"
+if [ -n "${PEER_ONCE_CMD:-}" ]; then
+  flush_redis
+  bash -c "$PEER_ONCE_CMD" >"$out/peer-once.txt" 2>&1 || { echo "peer failed:"; cat "$out/peer-once.txt"; exit 1; }
+  echo "peer-once: $(tr '\n' ' ' <"$out/peer-once.txt")"
+fi
 fresh_mysql; flush_redis
 run flow-mariadb env DELAYQ_REDIS_URL="$R" DELAYQ_DATABASE_URL="$M" "$S" flow --redis-url "$R"
 echo

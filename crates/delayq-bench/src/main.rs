@@ -26,6 +26,7 @@
 mod body;
 mod client;
 mod clock;
+mod consumed;
 mod consumers;
 mod error;
 mod grpc;

@@ -8,9 +8,14 @@
 //! single pushes by the floor as well: how much of the ceiling the transport
 //! alone leaves, and how much of that a push keeps.
 //!
+//! The runs made once that a peer also ran (`peer-once.txt`) are divided by the
+//! peer's figure: W3's bytes per pending job and W4's drain time.
+//!
 //! Files: `<series>-<rep>.json` for the repeated series, `<run>.json` for the
-//! runs made once, and `peer-<rep>.txt` with lines `<peer> single: jobs_per_s=N`
-//! and `<peer> batch: jobs_per_s=N` (the `PEER_CMD` contract of `session.sh`).
+//! runs made once, `peer-<rep>.txt` with lines `<peer> single: jobs_per_s=N`
+//! and `<peer> batch: jobs_per_s=N` (the `PEER_CMD` contract of `session.sh`),
+//! and `peer-once.txt` with `<peer> memory: bytes_per_job=N` and
+//! `<peer> burst: drain_ms=N` (its `PEER_ONCE_CMD`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -77,6 +82,31 @@ const ONCE: &[&str] = &[
     "flow-mariadb",
 ];
 
+/// A run made once, divided by the peer's run of the same workload in `peer-once.txt`.
+struct AgainstPeer {
+    run: &'static str,
+    metric: &'static str,
+    peer_mode: &'static str,
+    peer_metric: &'static str,
+}
+
+const ONCE_AGAINST_PEER: &[AgainstPeer] = &[
+    AgainstPeer {
+        run: "memory",
+        metric: "redis_used_memory_bytes_per_job",
+        peer_mode: "memory",
+        peer_metric: "bytes_per_job",
+    },
+    AgainstPeer {
+        run: "memory-mariadb",
+        metric: "redis_used_memory_bytes_per_job",
+        peer_mode: "memory",
+        peer_metric: "bytes_per_job",
+    },
+    AgainstPeer { run: "burst", metric: "drain_ms", peer_mode: "burst", peer_metric: "drain_ms" },
+    AgainstPeer { run: "burst-mariadb", metric: "drain_ms", peer_mode: "burst", peer_metric: "drain_ms" },
+];
+
 /// The metrics shown, in this order, where a run has them.
 const SHOWN: &[&str] = &[
     "jobs_per_s",
@@ -98,6 +128,10 @@ const SHOWN: &[&str] = &[
     "server_cpu_us_per_job",
     "redis_cpu_us_per_job",
     "client_cpu_us_per_job",
+    "p50_ms",
+    "p99_ms",
+    "max_ms",
+    "bytes_per_job",
 ];
 
 /// One run's numbers by metric name.
@@ -162,9 +196,31 @@ fn summarize(dir: &Path) -> BenchResult<SessionSummary> {
         let name = format!("peer-{mode}");
         json.insert(name.clone(), Value::Object(shown_spreads(reps.values(), &mut text, &name)));
     }
+    let peer_once = read_peer_once(dir, &names)?;
+    for (mode, numbers) in &peer_once {
+        let name = format!("peer-once-{mode}");
+        json.insert(name.clone(), Value::Object(shown_spreads([numbers].into_iter(), &mut text, &name)));
+    }
     for &name in ONCE {
         if let Some(numbers) = read_run(dir, &names, name)? {
-            json.insert(name.to_owned(), Value::Object(shown_spreads([&numbers].into_iter(), &mut text, name)));
+            let mut entry = shown_spreads([&numbers].into_iter(), &mut text, name);
+            let mut ratios = Map::new();
+            for against in ONCE_AGAINST_PEER.iter().filter(|against| against.run == name) {
+                let ours = numbers.get(against.metric);
+                let theirs = peer_once.get(against.peer_mode).and_then(|peer| peer.get(against.peer_metric));
+                let (Some(ours), Some(theirs)) = (ours, theirs) else { continue };
+                if *theirs <= 0.0 {
+                    continue;
+                }
+                let ratio = ours / theirs;
+                let key = format!("peer {}", against.peer_mode);
+                text.push_str(&format!("  {:<34} {ratio:.2}\n", format!("{} / {key}", against.metric)));
+                ratios.insert(key, Value::from((ratio * 100.0).round() / 100.0));
+            }
+            if !ratios.is_empty() {
+                entry.insert("ratios".to_owned(), Value::Object(ratios));
+            }
+            json.insert(name.to_owned(), Value::Object(entry));
         }
     }
     if json.is_empty() {
@@ -260,28 +316,43 @@ fn read_text(path: &Path) -> BenchResult<String> {
     std::fs::read_to_string(path).map_err(|error| BenchError::io(format!("read {}", path.display()), error))
 }
 
-/// The peer's rates per mode and repetition, from `peer-<rep>.txt`.
-fn read_peers(dir: &Path, names: &[String]) -> BenchResult<BTreeMap<&'static str, Reps>> {
-    let mut peers: BTreeMap<&'static str, Reps> = BTreeMap::new();
+/// The peer's numbers per mode and repetition, from `peer-<rep>.txt`.
+fn read_peers(dir: &Path, names: &[String]) -> BenchResult<BTreeMap<String, Reps>> {
+    let mut peers: BTreeMap<String, Reps> = BTreeMap::new();
     for name in names {
         let Some(rep) = rep_number(name, "peer", ".txt") else { continue };
-        let path = dir.join(name);
-        let text = read_text(&path)?;
-        for (mode, rate) in peer_rates(&text) {
-            peers.entry(mode).or_default().insert(rep, Numbers::from([("jobs_per_s".to_owned(), rate)]));
+        let text = read_text(&dir.join(name))?;
+        for (mode, numbers) in peer_lines(&text) {
+            peers.entry(mode).or_default().insert(rep, numbers);
         }
     }
     Ok(peers)
 }
 
-/// The `(mode, jobs/s)` of each line `<peer> single|batch: jobs_per_s=N …`.
-fn peer_rates(text: &str) -> Vec<(&'static str, f64)> {
+/// The peer's numbers per mode from `peer-once.txt`, when it is there.
+fn read_peer_once(dir: &Path, names: &[String]) -> BenchResult<BTreeMap<String, Numbers>> {
+    let file = "peer-once.txt";
+    if !names.iter().any(|name| name == file) {
+        return Ok(BTreeMap::new());
+    }
+    Ok(peer_lines(&read_text(&dir.join(file))?).into_iter().collect())
+}
+
+/// The mode and numeric fields of each line `<peer> <mode>: key=N key=N …`; other lines
+/// and fields that are not numbers are passed over.
+fn peer_lines(text: &str) -> Vec<(String, Numbers)> {
     text.lines()
         .filter_map(|line| {
-            let mode = ["single", "batch"].into_iter().find(|mode| line.contains(&format!(" {mode}:")))?;
-            let (_, rest) = line.split_once("jobs_per_s=")?;
-            let rate = rest.split_whitespace().next()?.parse().ok()?;
-            Some((mode, rate))
+            let (head, fields) = line.split_once(": ")?;
+            let (_, mode) = head.trim().split_once(' ')?;
+            let numbers: Numbers = fields
+                .split_whitespace()
+                .filter_map(|field| {
+                    let (key, value) = field.split_once('=')?;
+                    Some((key.to_owned(), value.parse().ok()?))
+                })
+                .collect();
+            (!numbers.is_empty()).then(|| (mode.to_owned(), numbers))
         })
         .collect()
 }
@@ -316,7 +387,16 @@ mod tests {
             .expect("write the peer");
         }
         write_run(dir.path(), "burst", &[("drain_ms", 3408.0)]);
+        write_run(dir.path(), "memory-mariadb", &[("redis_used_memory_bytes_per_job", 300.0)]);
+        std::fs::write(
+            dir.path().join("peer-once.txt"),
+            "bullmq memory: bytes_per_job=800\nbullmq burst: drain_ms=6816\n",
+        )
+        .expect("write the peer's runs made once");
         let summary = summarize(dir.path()).expect("summary");
+        assert_eq!(summary.json["burst"]["ratios"]["peer burst"], 0.5);
+        assert_eq!(summary.json["memory-mariadb"]["ratios"]["peer memory"], 0.38);
+        assert_eq!(summary.json["peer-once-memory"]["bytes_per_job"]["median"], 800);
         let single = &summary.json["push-single"];
         assert_eq!(single["jobs_per_s"], serde_json::json!({"median": 40, "min": 30, "max": 60}));
         // 40/100, 60/200, 30/100: median 0.3, not 40/100 (the medians' ratio).
@@ -363,9 +443,13 @@ mod tests {
     }
 
     #[test]
-    fn peer_lines_give_a_rate_per_mode() {
-        let rates = peer_rates("bullmq single: jobs_per_s=45508 valid=true\nnoise\nbullmq batch: jobs_per_s=32898.5\n");
-        assert_eq!(rates, vec![("single", 45508.0), ("batch", 32898.5)]);
+    fn peer_lines_give_numbers_per_mode() {
+        let lines = peer_lines("bullmq single: jobs_per_s=45508 valid=true\nnoise\nbullmq batch: jobs_per_s=32898.5\n");
+        let rate = |mode: &str| lines.iter().find(|(m, _)| m == mode).and_then(|(_, n)| n.get("jobs_per_s").copied());
+        assert_eq!(lines.len(), 2);
+        assert_eq!((rate("single"), rate("batch")), (Some(45508.0), Some(32898.5)));
+        let memory = peer_lines("bullmq memory: bytes_per_job=805.5");
+        assert_eq!(memory, vec![("memory".to_owned(), Numbers::from([("bytes_per_job".to_owned(), 805.5)]))]);
         assert_eq!(rep_number("push-batch-mariadb-2.json", "push-batch", ".json"), None);
         assert_eq!(rep_number("push-batch-12.json", "push-batch", ".json"), Some(12));
     }

@@ -2,17 +2,15 @@
 //! consumers; measures how long the server takes to hand all of them out.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 use serde::Serialize;
 
 use crate::body::DueTime;
-use crate::client::BenchClient;
 use crate::clock::now_ms;
-use crate::consumers::{ConsumerPool, ReceiptLog};
+use crate::consumed::ConsumedRun;
 use crate::error::{BenchError, BenchResult};
-use crate::pushers::{build_units, push_all, JobSpec, PushMode, TransportArgs};
+use crate::pushers::{build_units, JobSpec, PushMode, TransportArgs};
 use crate::report::Metrics;
 use crate::workload_lateness::ConsumerArgs;
 use crate::RunContext;
@@ -26,8 +24,9 @@ pub(crate) struct BurstArgs {
     /// The due instant, in ms after T0; must leave time to push every job.
     #[arg(long, default_value_t = 15_000)]
     pub(crate) lead_ms: u64,
-    /// How long after the due instant to wait for missing jobs, in ms.
-    #[arg(long, default_value_t = 60_000)]
+    /// How long after the due instant to wait for missing jobs, in ms: long enough
+    /// for strict consumers to drain every job on a slow machine.
+    #[arg(long, default_value_t = 300_000)]
     pub(crate) grace_ms: u64,
     /// Body size in bytes.
     #[arg(long, default_value_t = 100)]
@@ -71,26 +70,23 @@ pub(crate) async fn run(args: &BurstArgs, context: &RunContext, topic: &str) -> 
         args.transport.transport,
     )?);
 
-    let producer_client = BenchClient::new(&context.server, args.batch_concurrency)?;
-    let producer = args.transport.producer(&producer_client, args.batch_concurrency).await?;
-    let log = Arc::new(ReceiptLog::new(vec![due_at_ms; args.n]));
-    let settings = args.consumers.settings(&args.transport, &context.server, topic).await?;
-    let pool = ConsumerPool::start(&settings, Arc::clone(&log)).await?;
-
-    let cpu_before = context.probes.cpu_snapshot().await;
+    let run = ConsumedRun::start(
+        context,
+        topic,
+        &args.transport,
+        &args.consumers,
+        args.batch_concurrency,
+        vec![due_at_ms; args.n],
+    )
+    .await?;
     let push_start_ms = now_ms();
-    let push_stats = push_all(&producer, units, args.batch_concurrency).await;
+    let push_stats = run.push(units).await;
     let push_end_ms = now_ms();
     if push_end_ms >= due_at_ms {
         eprintln!("burst: the push ended {} ms after the due instant; raise --lead-ms", push_end_ms - due_at_ms);
     }
-    pool.wait_for_all(due_at_ms + args.grace_ms).await;
-    tokio::time::sleep(Duration::from_millis(args.consumers.duplicate_wait_ms)).await;
-    pool.stop().await;
-    let cpu_after = context.probes.cpu_snapshot().await;
-
-    let mut metrics = Metrics::default();
-    metrics.set("n", args.n as f64);
+    run.wait_for_all(due_at_ms + args.grace_ms).await;
+    let (mut metrics, log) = run.stop(context, args.n).await;
     let push_elapsed_ms = push_end_ms.saturating_sub(push_start_ms).max(1);
     metrics.set("push_end_ms", push_end_ms.saturating_sub(t0_ms) as f64);
     metrics.set("push_jobs_per_s", args.n as f64 * 1000.0 / push_elapsed_ms as f64);
@@ -106,13 +102,9 @@ pub(crate) async fn run(args: &BurstArgs, context: &RunContext, topic: &str) -> 
     }
     metrics.set_distribution("lateness_ms", &mut latenesses);
     let counters = log.counters();
-    counters.record_into(&mut metrics);
     if counters.last_finish_ms > 0 {
         // How long after the due instant the last ack was answered.
         metrics.set("finish_drain_ms", counters.last_finish_ms as f64 - due_at_ms as f64);
-    }
-    for (name, value) in cpu_before.micros_per_job(&cpu_after, args.n) {
-        metrics.set_some(name, value);
     }
     metrics.valid = push_end_ms < due_at_ms && push_stats.pushed_late == 0 && counters.received == args.n as u64;
     Ok(metrics)

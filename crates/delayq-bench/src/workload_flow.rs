@@ -11,11 +11,10 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::body::DueTime;
-use crate::client::BenchClient;
 use crate::clock::now_ms;
-use crate::consumers::{ConsumerPool, ReceiptLog};
+use crate::consumed::ConsumedRun;
 use crate::error::{BenchError, BenchResult};
-use crate::pushers::{build_units, push_all, JobSpec, PushMode, TransportArgs};
+use crate::pushers::{build_units, JobSpec, PushMode, TransportArgs};
 use crate::report::Metrics;
 use crate::workload_lateness::ConsumerArgs;
 use crate::RunContext;
@@ -62,44 +61,37 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
     let units =
         Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Single, 1, false, args.transport.transport)?);
 
-    let producer_client = BenchClient::new(&context.server, args.push_concurrency)?;
-    let producer = args.transport.producer(&producer_client, args.push_concurrency).await?;
-    let log = Arc::new(ReceiptLog::new(vec![t0_ms; args.n]));
-    let settings = args.consumers.settings(&args.transport, &context.server, topic).await?;
-    let pool = ConsumerPool::start(&settings, Arc::clone(&log)).await?;
-
-    let cpu_before = context.probes.cpu_snapshot().await;
+    let run = ConsumedRun::start(
+        context,
+        topic,
+        &args.transport,
+        &args.consumers,
+        args.push_concurrency,
+        vec![t0_ms; args.n],
+    )
+    .await?;
     let push_start_ms = now_ms();
-    let push_stats = push_all(&producer, units, args.push_concurrency).await;
+    let push_stats = run.push(units).await;
     let push_end_ms = now_ms();
-    let at_push_end = log.counters();
-    pool.wait_for_all(push_end_ms + args.grace_ms).await;
+    let at_push_end = run.log().counters();
+    run.wait_for_all(push_end_ms + args.grace_ms).await;
     // Every job received: wait for the acks of the last pops to be answered.
     let finish_deadline = now_ms() + args.grace_ms;
-    while log.counters().finished < log.counters().received && now_ms() < finish_deadline {
+    while run.log().counters().finished < run.log().counters().received && now_ms() < finish_deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(Duration::from_millis(args.consumers.duplicate_wait_ms)).await;
-    pool.stop().await;
-    let cpu_after = context.probes.cpu_snapshot().await;
-
-    let mut metrics = Metrics::default();
-    metrics.set("n", args.n as f64);
+    let (mut metrics, log) = run.stop(context, args.n).await;
     let push_elapsed_ms = push_end_ms.saturating_sub(push_start_ms).max(1);
     metrics.set("push_jobs_per_s", args.n as f64 * 1000.0 / push_elapsed_ms as f64);
     metrics.set("push_errors", push_stats.job_errors() as f64);
     metrics.set("unfinished_at_push_end", args.n.saturating_sub(at_push_end.finished as usize) as f64);
     let counters = log.counters();
-    counters.record_into(&mut metrics);
     if counters.last_finish_ms > 0 {
         let last_finish_ms = counters.last_finish_ms.max(push_end_ms);
         // How long after the last push was answered the last ack was.
         metrics.set("finish_after_push_ms", (last_finish_ms - push_end_ms) as f64);
         let flow_elapsed_ms = last_finish_ms.saturating_sub(push_start_ms).max(1);
         metrics.set("finish_jobs_per_s", counters.finished as f64 * 1000.0 / flow_elapsed_ms as f64);
-    }
-    for (name, value) in cpu_before.micros_per_job(&cpu_after, args.n) {
-        metrics.set_some(name, value);
     }
     metrics.valid = push_stats.job_errors() == 0 && counters.received == args.n as u64 && counters.due_mismatches == 0;
     Ok(metrics)

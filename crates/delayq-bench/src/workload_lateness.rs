@@ -2,7 +2,6 @@
 //! in shuffled order and received by long-polling consumers.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 use delayq_rpc::pb::v1::PopRequest;
@@ -11,10 +10,11 @@ use serde::Serialize;
 use crate::body::DueTime;
 use crate::client::BenchClient;
 use crate::clock::now_ms;
-use crate::consumers::{Consumer, ConsumerPool, ConsumerSettings, ReceiptLog};
+use crate::consumed::ConsumedRun;
+use crate::consumers::{Consumer, ConsumerSettings};
 use crate::error::{BenchError, BenchResult};
 use crate::prng::shuffled_order;
-use crate::pushers::{build_units, push_all, JobSpec, PushMode, TransportArgs};
+use crate::pushers::{build_units, JobSpec, PushMode, TransportArgs};
 use crate::report::Metrics;
 use crate::RunContext;
 
@@ -154,35 +154,21 @@ pub(crate) async fn run(args: &LatenessArgs, context: &RunContext, topic: &str) 
         PushMode::Batch => 1,
     });
 
-    let producer = args.transport.producer(&BenchClient::new(&context.server, push_slots)?, push_slots).await?;
-    let log = Arc::new(ReceiptLog::new(due_ms));
-    let settings = args.consumers.settings(&args.transport, &context.server, topic).await?;
-    let pool = ConsumerPool::start(&settings, Arc::clone(&log)).await?;
-
-    let cpu_before = context.probes.cpu_snapshot().await;
-    let push_stats = push_all(&producer, units, push_slots).await;
+    let run = ConsumedRun::start(context, topic, &args.transport, &args.consumers, push_slots, due_ms).await?;
+    let push_stats = run.push(units).await;
     let push_end_ms = now_ms().saturating_sub(t0_ms);
-    pool.wait_for_all(t0_ms + args.start_ms + args.window_ms + args.grace_ms).await;
-    tokio::time::sleep(Duration::from_millis(args.consumers.duplicate_wait_ms)).await;
-    pool.stop().await;
-    let cpu_after = context.probes.cpu_snapshot().await;
-
-    let mut metrics = Metrics::default();
-    metrics.set("n", args.n as f64);
+    run.wait_for_all(t0_ms + args.start_ms + args.window_ms + args.grace_ms).await;
+    let (mut metrics, log) = run.stop(context, args.n).await;
+    let counters = log.counters();
     let mut latenesses = log.latenesses_ms();
     metrics.set("early", latenesses.iter().filter(|lateness| **lateness < 0.0).count() as f64);
     metrics.set_distribution("lateness_ms", &mut latenesses);
-    let counters = log.counters();
-    counters.record_into(&mut metrics);
     if counters.last_finish_ms > 0 {
         metrics.set("finish_end_ms", counters.last_finish_ms.saturating_sub(t0_ms) as f64);
     }
     metrics.set("push_end_ms", push_end_ms as f64);
     metrics.set("pushed_late", push_stats.pushed_late as f64);
     metrics.set("push_errors", push_stats.job_errors() as f64);
-    for (name, value) in cpu_before.micros_per_job(&cpu_after, args.n) {
-        metrics.set_some(name, value);
-    }
     metrics.valid = push_end_ms < args.start_ms && push_stats.pushed_late == 0;
     Ok(metrics)
 }
