@@ -4,9 +4,12 @@
 //! batches of schedules, removals and reads through here.
 
 use delayq_common::{Job, JobId, Timestamp};
-use futures::future::{join_all, BoxFuture};
+use std::future::Future;
+
+use futures::future::join_all;
 
 use super::codec::CodecError;
+use super::combine::Group;
 use super::connection::unavailable;
 use super::keys::{self, ShardKeys};
 use super::runner::{Removal, ScriptRunner};
@@ -18,31 +21,50 @@ pub(super) const SCHEDULE_CHUNK: usize = 256;
 pub(super) const REMOVE_CHUNK: usize = 256;
 /// Jobs per call of the get script.
 pub(super) const GET_CHUNK: usize = 256;
-pub(super) fn send_schedules<'a>(
-    runner: &'a ScriptRunner,
-    jobs: &'a [Job],
-) -> BoxFuture<'a, QueueResult<Vec<QueueResult<()>>>> {
-    Box::pin(schedule_jobs(runner, jobs))
+/// Single schedules, sent together by their combiner.
+pub(super) struct Schedules;
+
+impl Group for Schedules {
+    type Request = Job;
+    type Outcome = ();
+
+    fn send<'a>(
+        runner: &'a ScriptRunner,
+        jobs: &'a [Job],
+    ) -> impl Future<Output = QueueResult<Vec<QueueResult<()>>>> + Send + 'a {
+        schedule_jobs(runner, jobs)
+    }
 }
 
-pub(super) fn send_removals<'a>(
-    runner: &'a ScriptRunner,
-    removals: &'a [(JobId, Removal)],
-) -> BoxFuture<'a, QueueResult<Vec<QueueResult<Job>>>> {
-    Box::pin(remove_jobs(runner, removals))
+/// Finishes and deletes, sent together by their combiner.
+pub(super) struct Removals;
+
+impl Group for Removals {
+    type Request = (JobId, Removal);
+    type Outcome = Job;
+
+    fn send<'a>(
+        runner: &'a ScriptRunner,
+        removals: &'a [(JobId, Removal)],
+    ) -> impl Future<Output = QueueResult<Vec<QueueResult<Job>>>> + Send + 'a {
+        remove_jobs(runner, removals)
+    }
 }
 
-pub(super) fn send_gets<'a>(
-    runner: &'a ScriptRunner,
-    ids: &'a [JobId],
-) -> BoxFuture<'a, QueueResult<Vec<QueueResult<Option<Job>>>>> {
-    Box::pin(async move {
+/// Reads of single jobs, sent together by their combiner.
+pub(super) struct Gets;
+
+impl Group for Gets {
+    type Request = JobId;
+    type Outcome = Option<Job>;
+
+    async fn send(runner: &ScriptRunner, ids: &[JobId]) -> QueueResult<Vec<QueueResult<Option<Job>>>> {
         let outcomes = call_by_shard(runner, ids.iter(), GET_CHUNK, |shard, chunk| {
             let chunk_ids: Vec<&JobId> = chunk.iter().filter_map(|&position| ids.get(position)).collect();
             async move { Ok(runner.get(shard, &chunk_ids).await?.into_iter().map(Ok).collect()) }
         });
         Ok(outcomes.await)
-    })
+    }
 }
 
 /// Finishes or deletes jobs, each judged alone.

@@ -12,11 +12,16 @@
 //! disconnected) never cancels the group of the others. A caller waits at most
 //! the Redis call timeout, counted from when it queued: should Redis hang, the
 //! call answers 503 as promptly as a call of its own would have.
+//!
+//! What a group is sent as is the [`Group`] the combiner is made for: from
+//! `Combiner<Schedules>` at a call site, `impl Group for Schedules` (in
+//! `by_shard`) is the code that runs.
 
+use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use super::connection::{unavailable, TimedOut};
@@ -26,32 +31,41 @@ use crate::error::QueueResult;
 /// The most calls one drain round sends.
 const MAX_GROUP: usize = 1024;
 
-/// Sends a group of requests in as few script calls as it can; answers one
-/// outcome per request, in order (an outer error fails them all).
-pub(super) type SendGroup<I, O> =
-    for<'a> fn(&'a ScriptRunner, &'a [I]) -> BoxFuture<'a, QueueResult<Vec<QueueResult<O>>>>;
+/// One kind of call that is sent in groups: what a caller sends, what it gets
+/// back, and how a group of them goes to Redis.
+pub(super) trait Group: Send + Sync + 'static {
+    type Request: Send + Sync + 'static;
+    type Outcome: Send + 'static;
 
-struct Waiting<I, O> {
-    request: I,
-    reply: oneshot::Sender<QueueResult<O>>,
+    /// Sends a group of requests in as few script calls as it can; answers one
+    /// outcome per request, in order (an outer error fails them all).
+    fn send<'a>(
+        runner: &'a ScriptRunner,
+        requests: &'a [Self::Request],
+    ) -> impl Future<Output = QueueResult<Vec<QueueResult<Self::Outcome>>>> + Send + 'a;
+}
+
+struct Waiting<G: Group> {
+    request: G::Request,
+    reply: oneshot::Sender<QueueResult<G::Outcome>>,
 }
 
 /// The queue of calls of one kind waiting for the next group.
-pub(super) struct Combiner<I, O> {
+pub(super) struct Combiner<G: Group> {
     runner: Arc<ScriptRunner>,
-    send: SendGroup<I, O>,
-    waiting: Mutex<Vec<Waiting<I, O>>>,
+    waiting: Mutex<Vec<Waiting<G>>>,
     /// Whether a drain task is running (it owns the sending).
     draining: AtomicBool,
+    group: PhantomData<G>,
 }
 
-impl<I: Send + Sync + 'static, O: Send + 'static> Combiner<I, O> {
-    pub(super) fn new(runner: Arc<ScriptRunner>, send: SendGroup<I, O>) -> Combiner<I, O> {
-        Combiner { runner, send, waiting: Mutex::new(Vec::new()), draining: AtomicBool::new(false) }
+impl<G: Group> Combiner<G> {
+    pub(super) fn new(runner: Arc<ScriptRunner>) -> Combiner<G> {
+        Combiner { runner, waiting: Mutex::new(Vec::new()), draining: AtomicBool::new(false), group: PhantomData }
     }
 
     /// Sends `request` in the next group; answers as a group of one would.
-    pub(super) async fn call(self: &Arc<Self>, request: I) -> QueueResult<O> {
+    pub(super) async fn call(self: &Arc<Self>, request: G::Request) -> QueueResult<G::Outcome> {
         let (reply, answer) = oneshot::channel();
         self.lock().push(Waiting { request, reply });
         if !self.draining.swap(true, Ordering::SeqCst) {
@@ -84,9 +98,9 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Combiner<I, O> {
                 }
                 continue;
             }
-            let (requests, replies): (Vec<I>, Vec<_>) =
+            let (requests, replies): (Vec<G::Request>, Vec<_>) =
                 group.into_iter().map(|waiting| (waiting.request, waiting.reply)).unzip();
-            match (self.send)(&self.runner, &requests).await {
+            match G::send(&self.runner, &requests).await {
                 Ok(outcomes) => {
                     for (reply, outcome) in replies.into_iter().zip(outcomes) {
                         let _gone = reply.send(outcome);
@@ -101,7 +115,7 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Combiner<I, O> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Waiting<I, O>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Waiting<G>>> {
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -60,9 +60,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use self::by_shard::{
-    chunks_by_shard, remove_jobs, schedule_jobs, send_gets, send_removals, send_schedules, SCHEDULE_CHUNK,
-};
+use self::by_shard::{chunks_by_shard, remove_jobs, schedule_jobs, Gets, Removals, Schedules, SCHEDULE_CHUNK};
 use self::combine::Combiner;
 use self::connection::{unavailable, RedisConnection, TimedOut};
 use self::keys::ShardKeys;
@@ -74,16 +72,15 @@ use crate::scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
 
 /// The shard count of a standalone Redis when none is configured. Redis runs
 /// scripts one at a time, so more shards there buy no parallelism; fewer mean
-/// more jobs per script call (pushes, timer rounds and pops visit every shard).
-/// Measured with 50 single pushes in flight, one shard against four: about a
-/// quarter less Redis CPU per push and a quarter more pushes per second.
+/// more jobs per script call (pushes, timer rounds and pops visit every shard)
+/// (docs/design.md, "One shard on a standalone Redis").
 pub const DEFAULT_STANDALONE_SHARDS: usize = 1;
 /// Shards per cluster master when none is configured.
 pub const DEFAULT_SHARDS_PER_MASTER: usize = 8;
 /// The fewest shards of a cluster when none is configured.
 pub const MIN_CLUSTER_SHARDS: usize = 16;
 /// The most shards allowed.
-pub const MAX_SHARDS: usize = 1024;
+pub const MAX_SHARDS: usize = delayq_common::defaults::MAX_REDIS_SHARDS;
 /// The most rounds of shard calls one `promote_due` makes to fill its batch.
 const MAX_PROMOTE_ROUNDS: usize = 4;
 
@@ -102,7 +99,11 @@ pub struct RedisSchedulerOptions {
 
 impl Default for RedisSchedulerOptions {
     fn default() -> RedisSchedulerOptions {
-        RedisSchedulerOptions { prefix: "delayq".to_owned(), shards: None, timeout: Duration::from_secs(1) }
+        RedisSchedulerOptions {
+            prefix: delayq_common::defaults::DEFAULT_REDIS_PREFIX.to_owned(),
+            shards: None,
+            timeout: Duration::from_secs(1),
+        }
     }
 }
 
@@ -110,11 +111,11 @@ impl Default for RedisSchedulerOptions {
 pub struct RedisScheduler {
     runner: Arc<ScriptRunner>,
     /// Single schedules, sent together.
-    schedules: Arc<Combiner<Job, ()>>,
+    schedules: Arc<Combiner<Schedules>>,
     /// Finishes and deletes, sent together.
-    removals: Arc<Combiner<(JobId, Removal), Job>>,
+    removals: Arc<Combiner<Removals>>,
     /// Reads of single jobs, sent together.
-    gets: Arc<Combiner<JobId, Option<Job>>>,
+    gets: Arc<Combiner<Gets>>,
     subscriber: JoinHandle<()>,
 }
 
@@ -153,9 +154,9 @@ impl RedisScheduler {
         let runner = ScriptRunner::new(connection, keys, options.prefix, options.timeout, signals);
         info!(shards, cluster = urls.len() > 1, "redis scheduler connected");
         let runner = Arc::new(runner);
-        let schedules = Arc::new(Combiner::new(Arc::clone(&runner), send_schedules));
-        let removals = Arc::new(Combiner::new(Arc::clone(&runner), send_removals));
-        let gets = Arc::new(Combiner::new(Arc::clone(&runner), send_gets));
+        let schedules = Arc::new(Combiner::new(Arc::clone(&runner)));
+        let removals = Arc::new(Combiner::new(Arc::clone(&runner)));
+        let gets = Arc::new(Combiner::new(Arc::clone(&runner)));
         Ok(RedisScheduler { runner, schedules, removals, gets, subscriber })
     }
 
