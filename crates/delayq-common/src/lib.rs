@@ -13,6 +13,8 @@
 //! - [`error`]: [`ErrorKind`], the one classification of failures.
 //! - [`auth`]: bearer tokens, compared in constant time ([`auth::Tokens`]).
 //! - [`redact`]: hiding secrets (URL passwords, secret-looking keys) in what is printed.
+//! - [`template`]: forwarding routes' destination templates.
+//! - [`defaults`]: defaults and bounds the configuration shares with the crates applying them.
 
 // Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
 #![cfg_attr(
@@ -21,6 +23,7 @@
 )]
 
 pub mod auth;
+pub mod defaults;
 pub mod error;
 pub mod job;
 pub mod name;
@@ -28,12 +31,13 @@ pub mod push;
 pub mod redact;
 pub mod snowflake;
 pub mod state;
+pub mod template;
 pub mod time;
 
 pub use error::{ErrorKind, InvalidField};
 pub use job::{Job, RetryPolicy};
 pub use name::{JobId, Topic};
-pub use push::{Due, JobDefaults, Limits, PushRequest, TimeUnit};
+pub use push::{Due, JobDefaults, Limits, PushInput, PushRequest, TimeUnit};
 pub use snowflake::Snowflake;
 pub use state::JobState;
 pub use time::Timestamp;

@@ -1,20 +1,15 @@
-//! The `[forward]` section: routes from topic patterns to sinks (API.md, Forwarding).
+//! The `[forward]` section: routes from topic patterns to sinks (docs/forwarding.md).
 
 use std::collections::BTreeMap;
 
+pub use delayq_common::defaults::{DEFAULT_FORWARD_BATCH, DEFAULT_FORWARD_TIMEOUT_MS};
 use delayq_common::redact;
 use serde::{Deserialize, Serialize};
 
 /// The sink types a route may name.
 pub const SINK_TYPES: [&str; 4] = ["rabbitmq", "kafka", "webhook", "log"];
-/// The placeholders a destination template may use.
-pub const TEMPLATE_PLACEHOLDERS: [&str; 3] = ["topic", "subtopic", "id"];
 /// The most jobs one forwarded batch may carry (one reserve of the queue).
 pub const MAX_FORWARD_BATCH: usize = 100;
-/// The default number of jobs reserved and published at a time.
-pub const DEFAULT_FORWARD_BATCH: usize = 100;
-/// The default time a publish may take before it counts as failed, in ms.
-pub const DEFAULT_FORWARD_TIMEOUT_MS: u64 = 10_000;
 
 /// Forwarding of due jobs to brokers and webhooks; topics no route matches stay pull (`/pop`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,23 +208,7 @@ impl RouteConfig {
 /// # Errors
 /// Why the template is malformed.
 pub fn check_template(template: &str) -> Result<(), String> {
-    let mut rest = template;
-    while let Some((before, after)) = rest.split_once('{') {
-        if before.contains('}') {
-            return Err(format!("{template:?} has a '}}' without '{{'"));
-        }
-        let Some((placeholder, remainder)) = after.split_once('}') else {
-            return Err(format!("{template:?} has a '{{' without '}}'"));
-        };
-        if !TEMPLATE_PLACEHOLDERS.contains(&placeholder) {
-            return Err(format!("{template:?} uses {{{placeholder}}}; only {{topic}} {{subtopic}} {{id}} expand"));
-        }
-        rest = remainder;
-    }
-    if rest.contains('}') {
-        return Err(format!("{template:?} has a '}}' without '{{'"));
-    }
-    Ok(())
+    delayq_common::template::parse_template(template).map(|_| ())
 }
 
 #[cfg(test)]

@@ -11,8 +11,7 @@ use crate::secret_errors::{describe_parse_error, without_secrets};
 
 /// The file read when no `--config` is given and it exists.
 pub const DEFAULT_CONFIG_PATH: &str = "config/delayq.toml";
-/// The most Redis shards (the Redis scheduler's own bound).
-const MAX_REDIS_SHARDS: usize = 1024;
+use delayq_common::defaults::MAX_REDIS_SHARDS;
 
 /// The flat `DELAYQ_*` variables of the API contract and the keys they set.
 pub(crate) const FLAT_VARIABLES: [(&str, &str); 7] = [

@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use delayq_common::defaults::{
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REDIS_PREFIX, DEFAULT_ZOOKEEPER_ROOT, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS,
+};
 use delayq_common::{redact, JobDefaults, Limits, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
@@ -16,16 +19,8 @@ pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:9090";
 pub const DEFAULT_DATA_DIR: &str = "./data";
 /// How long a graceful shutdown may take before the process gives up waiting.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
-/// The default prefix of Redis keys.
-pub const DEFAULT_REDIS_PREFIX: &str = "delayq";
 /// The default number of jobs one timer round promotes.
 pub const DEFAULT_PROMOTE_BATCH: usize = 1_000;
-/// The default largest HTTP request body (a batch of 1000 jobs with small bodies fits).
-pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
-/// The default ZooKeeper root node.
-pub const DEFAULT_ZOOKEEPER_ROOT: &str = "/delayq";
-/// The default ZooKeeper session timeout.
-pub const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS: u64 = 6_000;
 /// How long a client may take to send a request's headers before its connection is closed.
 pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
 /// How long a request (other than a long-poll, bounded by its own timeout) may take.

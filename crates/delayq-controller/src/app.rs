@@ -19,7 +19,7 @@ use crate::limits::{self, BodyLimit, RouteLimits};
 use crate::{admin, auth, jobs, layers, ops, youzan};
 
 /// The default largest request body, in bytes: room for a full batch of small jobs.
-pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = delayq_common::defaults::DEFAULT_MAX_REQUEST_BYTES;
 /// The default longest time a request may take (long polls get their wait on top).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default largest `result` of a finish, in bytes.

@@ -54,9 +54,9 @@ impl TopicPattern {
 }
 
 /// The default number of jobs reserved and published at a time.
-pub const DEFAULT_BATCH: usize = 100;
+pub const DEFAULT_BATCH: usize = delayq_common::defaults::DEFAULT_FORWARD_BATCH;
 /// The default time one publish may take.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(delayq_common::defaults::DEFAULT_FORWARD_TIMEOUT_MS);
 
 /// One route: its patterns, its sink and how it forwards.
 pub struct Route {

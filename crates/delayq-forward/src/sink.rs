@@ -1,6 +1,7 @@
 //! The sink SPI: publish a batch of due jobs, learn per job whether the broker has it.
 
 use async_trait::async_trait;
+use delayq_common::template::{parse_template, TemplatePart as Part};
 use delayq_common::Job;
 
 use crate::error::SinkError;
@@ -56,52 +57,13 @@ pub struct Template {
     parts: Vec<Part>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Part {
-    Literal(String),
-    Topic,
-    Subtopic,
-    Id,
-}
-
 impl Template {
     /// Parses a template.
     ///
     /// # Errors
     /// An unbalanced brace or an unknown placeholder, naming `field`.
     pub fn parse(field: &'static str, template: &str) -> Result<Template, SinkError> {
-        let invalid = |reason: String| SinkError::Invalid { field, reason };
-        let unopened = || invalid(format!("{template:?} has a '}}' without '{{'"));
-        let mut parts = Vec::new();
-        let mut rest = template;
-        while let Some((literal, after_open)) = rest.split_once('{') {
-            if literal.contains('}') {
-                return Err(unopened());
-            }
-            if !literal.is_empty() {
-                parts.push(Part::Literal(literal.to_owned()));
-            }
-            let Some((name, after_close)) = after_open.split_once('}') else {
-                return Err(invalid(format!("{template:?} has a '{{' without '}}'")));
-            };
-            parts.push(match name {
-                "topic" => Part::Topic,
-                "subtopic" => Part::Subtopic,
-                "id" => Part::Id,
-                other => {
-                    return Err(invalid(format!(
-                        "{template:?} uses {{{other}}}; only {{topic}} {{subtopic}} {{id}} expand"
-                    )))
-                }
-            });
-            rest = after_close;
-        }
-        if rest.contains('}') {
-            return Err(unopened());
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Literal(rest.to_owned()));
-        }
+        let parts = parse_template(template).map_err(|reason| SinkError::Invalid { field, reason })?;
         Ok(Template { parts })
     }
 

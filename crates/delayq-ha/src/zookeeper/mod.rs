@@ -20,9 +20,10 @@ use self::shared::Shared;
 use crate::{HaError, Leadership, Role, RoleKind};
 
 /// The default root of delayq's nodes in ZooKeeper.
-pub const DEFAULT_ROOT: &str = "/delayq";
+pub const DEFAULT_ROOT: &str = delayq_common::defaults::DEFAULT_ZOOKEEPER_ROOT;
 /// The default session timeout; ZooKeeper clamps it to `[2, 20] × tickTime`.
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+pub const DEFAULT_SESSION_TIMEOUT: Duration =
+    Duration::from_millis(delayq_common::defaults::DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS);
 /// How long `ping` waits for ZooKeeper.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
