@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::{Job, JobState};
-use delayq_queue::{lease_pause, DelayQueue, QueueError};
+use delayq_queue::{DelayQueue, LeaseGate, QueueError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
@@ -55,6 +55,7 @@ pub async fn run_forwarder_fenced(
     let permits: Vec<Arc<Semaphore>> =
         routes.routes().iter().map(|_| Arc::new(Semaphore::new(BATCHES_PER_ROUTE))).collect();
     let mut in_flight = JoinSet::new();
+    let mut lease = LeaseGate::new("forwarder", holds_leadership);
     loop {
         if cancel.is_cancelled() {
             break;
@@ -62,10 +63,7 @@ pub async fn run_forwarder_fenced(
         while let Some(settled) = in_flight.try_join_next() {
             log_lost_batch(settled);
         }
-        if !holds_leadership() {
-            if lease_pause(&cancel).await {
-                continue;
-            }
+        if !lease.pass(&cancel).await {
             break;
         }
         let pause = match start_batches(&queue, &routes, &permits, &mut in_flight).await {

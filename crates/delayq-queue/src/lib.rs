@@ -47,4 +47,4 @@ pub use recovery::{run_recovery, RecoveryOptions};
 pub use redis::{RedisScheduler, RedisSchedulerOptions};
 pub use scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
 pub use service::{DelayQueue, JobDetails, JobPage, Pushed, QueueSettings, QueueStats};
-pub use timer::{lease_pause, run_timer, run_timer_fenced};
+pub use timer::{run_timer, run_timer_fenced, LeaseGate};

@@ -68,12 +68,9 @@ pub async fn run_recovery(
     queue_metrics::register_recovery();
     let mut pending = Pending::Nothing;
     let mut next_reconcile = Instant::now();
+    let mut lease = crate::timer::LeaseGate::new("recovery", holds_leadership);
     loop {
-        if !holds_leadership() {
-            // The lease lapsed: nothing until it is renewed or the term ends.
-            if crate::timer::lease_pause(&cancel).await {
-                continue;
-            }
+        if !lease.pass(&cancel).await {
             return;
         }
         pending = check_scheduler(&queue, pending).await;

@@ -17,12 +17,43 @@ const LEASE_RECHECK: Duration = Duration::from_millis(50);
 /// The pause after a failed round (backend down) before trying again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
-/// The pause of leader work (timer, recovery, forwarder) while its lease has
-/// lapsed: waits one re-check interval; returns `false` when `cancel` fired.
-pub async fn lease_pause(cancel: &CancellationToken) -> bool {
-    tokio::select! {
-        () = cancel.cancelled() => false,
-        () = tokio::time::sleep(LEASE_RECHECK) => true,
+/// The gate of leader work (timer, recovery, forwarder) that must stop while
+/// the leader's lease has lapsed: each round passes it first. It waits while the
+/// lease is lapsed and lets the work go on once it is renewed for the same term;
+/// a lost term ends the work through its cancellation token.
+pub struct LeaseGate<F> {
+    holds_leadership: F,
+    /// The work's name in the log lines.
+    work: &'static str,
+    paused: bool,
+}
+
+impl<F: Fn() -> bool> LeaseGate<F> {
+    /// A gate for `work` that asks `holds_leadership` before every round.
+    pub fn new(work: &'static str, holds_leadership: F) -> LeaseGate<F> {
+        LeaseGate { holds_leadership, work, paused: false }
+    }
+
+    /// Returns `true` once the lease is held (at once when it is), `false` when
+    /// `cancel` fired while it waited.
+    pub async fn pass(&mut self, cancel: &CancellationToken) -> bool {
+        loop {
+            if (self.holds_leadership)() {
+                if self.paused {
+                    info!(work = self.work, "leadership lease renewed, resuming");
+                    self.paused = false;
+                }
+                return true;
+            }
+            if !self.paused {
+                warn!(work = self.work, "leadership lease lapsed, pausing until it is renewed");
+                self.paused = true;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return false,
+                () = tokio::time::sleep(LEASE_RECHECK) => {}
+            }
+        }
     }
 }
 
@@ -41,21 +72,10 @@ pub async fn run_timer_fenced(
     holds_leadership: impl Fn() -> bool + Send,
 ) {
     let wakeup = queue.scheduler().wakeup();
-    let mut paused = false;
+    let mut lease = LeaseGate::new("timer", holds_leadership);
     loop {
-        if !holds_leadership() {
-            if !paused {
-                warn!("leadership lease lapsed, timer pauses until it is renewed");
-                paused = true;
-            }
-            if lease_pause(&cancel).await {
-                continue;
-            }
+        if !lease.pass(&cancel).await {
             return;
-        }
-        if paused {
-            info!("leadership lease renewed, timer resumes");
-            paused = false;
         }
         // Register interest before looking, so a push that lands during the
         // round is not missed.
