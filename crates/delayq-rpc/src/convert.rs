@@ -1,17 +1,16 @@
 //! Proto messages to and from the job model.
 //!
-//! A push is turned into the JSON object the REST face would receive and
-//! validated by [`PushRequest::from_json`], so both faces refuse the same input
-//! with the same message. Query-like fields follow the REST parameter rules:
+//! A push fills the same [`PushInput`] the REST face reads from its JSON body
+//! and is checked by [`PushRequest::validate`], so both faces refuse the same
+//! input with the same message. Query-like fields follow the REST parameter rules:
 //! an empty string counts as absent, and messages use the REST names.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use delayq_common::{InvalidField, Job, JobId, JobState, Limits, PushRequest, TimeUnit, Timestamp, Topic};
+use delayq_common::{InvalidField, Job, JobId, JobState, Limits, PushInput, PushRequest, TimeUnit, Timestamp, Topic};
 use delayq_queue::QueueStats;
 use delayq_store::LogEntry;
-use serde_json::{Map, Value};
 use tonic::Status;
 
 use crate::pb::v1 as pb;
@@ -23,43 +22,28 @@ pub(crate) fn parse_push(
     limits: &Limits,
     now: Timestamp,
 ) -> Result<PushRequest, InvalidField> {
-    PushRequest::from_json(&push_json(request), TimeUnit::Millis, limits, now)
+    PushRequest::validate(push_input(request), TimeUnit::Millis, limits, now)
 }
 
-/// Returns the JSON object of `POST /push` that carries the same fields.
-fn push_json(request: &pb::PushRequest) -> Value {
-    let mut fields = Map::new();
-    if !request.topic.is_empty() {
-        fields.insert("topic".into(), Value::from(request.topic.clone()));
+/// The push's fields as the REST face would have read them from its JSON body:
+/// an empty topic or backoff list, and a false `replace`, are absent.
+fn push_input(request: &pb::PushRequest) -> PushInput {
+    PushInput {
+        topic: Some(request.topic.clone()).filter(|topic| !topic.is_empty()),
+        id: request.id.clone(),
+        body: request.body.clone(),
+        delay: request.delay_ms,
+        run_at: request.run_at,
+        create_time: request.create_time,
+        ttr: request.ttr_ms,
+        priority: request.priority,
+        max_retries: request.max_retries,
+        retry_backoff: Some(request.retry_backoff_ms.clone()).filter(|backoff| !backoff.is_empty()),
+        ttl: request.ttl_ms,
+        subtopic: request.subtopic.clone(),
+        biz_key: request.biz_key.clone(),
+        replace: request.replace.then_some(true),
     }
-    let strings =
-        [("id", &request.id), ("body", &request.body), ("subtopic", &request.subtopic), ("bizKey", &request.biz_key)];
-    for (name, value) in strings {
-        if let Some(value) = value {
-            fields.insert(name.into(), Value::from(value.clone()));
-        }
-    }
-    let numbers = [
-        ("delay", request.delay_ms),
-        ("runAt", request.run_at),
-        ("createTime", request.create_time),
-        ("ttr", request.ttr_ms),
-        ("priority", request.priority),
-        ("maxRetries", request.max_retries),
-        ("ttl", request.ttl_ms),
-    ];
-    for (name, value) in numbers {
-        if let Some(value) = value {
-            fields.insert(name.into(), Value::from(value));
-        }
-    }
-    if !request.retry_backoff_ms.is_empty() {
-        fields.insert("retryBackoff".into(), Value::from(request.retry_backoff_ms.clone()));
-    }
-    if request.replace {
-        fields.insert("replace".into(), Value::Bool(true));
-    }
-    Value::Object(fields)
 }
 
 /// Returns a job id given in a request; empty means absent.

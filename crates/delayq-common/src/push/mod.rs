@@ -1,10 +1,12 @@
 //! Parsing and validating a push request, field by field, so that every
 //! refusal names the offending field.
 //!
-//! Requests are read from a JSON object rather than derived with serde so
-//! that a wrong type still gets a message naming the field (`"delay must be
-//! an integer"`). Unknown fields are ignored and `null` counts as absent:
-//! mykit-style clients send both.
+//! A push arrives as a [`PushInput`], typed but unchecked: the REST face reads
+//! it from a JSON object (rather than deriving it with serde, so that a wrong
+//! type still gets a message naming the field, `"delay must be an integer"`),
+//! the gRPC face fills it from its message. [`PushRequest::validate`] then
+//! checks it the same way for both. Unknown JSON fields are ignored and `null`
+//! counts as absent: mykit-style clients send both.
 
 use std::time::Duration;
 
@@ -16,9 +18,11 @@ use crate::name::{JobId, Topic};
 use crate::state::JobState;
 use crate::time::Timestamp;
 
-mod fields;
+mod checks;
+mod input;
 
-use self::fields::FieldReader;
+use self::checks::{non_negative, required};
+pub use self::input::PushInput;
 
 /// The default largest body, in bytes.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 65_536;
@@ -139,26 +143,36 @@ impl PushRequest {
     /// Validates one push, given as a JSON object.
     ///
     /// # Errors
-    /// The first invalid field, with a message naming it; a body over the
-    /// limit is a size error.
+    /// A field of the wrong JSON type, or the first invalid field, with a
+    /// message naming it; a body over the limit is a size error.
     pub fn from_json(
         value: &Value,
         unit: TimeUnit,
         limits: &Limits,
         now: Timestamp,
     ) -> Result<PushRequest, InvalidField> {
-        let Some(fields) = value.as_object() else {
-            return Err(InvalidField::new("job", "must be a JSON object"));
-        };
-        let reader = FieldReader { fields };
-        let topic = Topic::parse(reader.required_string("topic")?)?;
-        let id = reader.optional_string("id")?.map(JobId::parse).transpose()?;
-        let body = reader.required_string("body")?;
+        PushRequest::validate(PushInput::from_json(value)?, unit, limits, now)
+    }
+
+    /// Validates one push as the client sent it, whichever face it came through.
+    ///
+    /// # Errors
+    /// The first invalid field, with a message naming it; a body over the
+    /// limit is a size error.
+    pub fn validate(
+        input: PushInput,
+        unit: TimeUnit,
+        limits: &Limits,
+        now: Timestamp,
+    ) -> Result<PushRequest, InvalidField> {
+        let topic = Topic::parse(required("topic", input.topic)?)?;
+        let id = input.id.map(JobId::parse).transpose()?;
+        let body = required("body", input.body)?;
         if body.len() > limits.max_body_bytes {
             return Err(InvalidField::too_large("body", format!("must be at most {} bytes", limits.max_body_bytes)));
         }
-        let (due, create_time) = reader.due(unit, limits, now)?;
-        let ttr = reader.optional_u64("ttr")?.map(|amount| unit.to_duration(amount));
+        let (due, create_time) = checks::due([input.delay, input.run_at, input.create_time], unit, limits, now)?;
+        let ttr = non_negative("ttr", input.ttr)?.map(|amount| unit.to_duration(amount));
         if let Some(ttr) = ttr {
             if !(MIN_TTR..=MAX_TTR).contains(&ttr) {
                 return Err(InvalidField::new(
@@ -167,22 +181,21 @@ impl PushRequest {
                 ));
             }
         }
-        let priority = reader.optional_u64("priority")?;
+        let priority = non_negative("priority", input.priority)?;
         if priority.is_some_and(|priority| priority > u64::from(MAX_PRIORITY)) {
             return Err(InvalidField::new("priority", format!("must be from 0 to {MAX_PRIORITY}")));
         }
-        let max_retries = reader.optional_u64("maxRetries")?;
+        let max_retries = non_negative("maxRetries", input.max_retries)?;
         if max_retries.is_some_and(|retries| retries > MAX_RETRIES_LIMIT) {
             return Err(InvalidField::new("maxRetries", format!("must be at most {MAX_RETRIES_LIMIT}")));
         }
-        let retry_backoff = reader.backoff_list("retryBackoff", limits)?;
-        let ttl = Duration::from_millis(reader.optional_u64("ttl")?.unwrap_or(0));
+        let retry_backoff = checks::backoff_list("retryBackoff", input.retry_backoff, limits)?;
+        let ttl = Duration::from_millis(non_negative("ttl", input.ttl)?.unwrap_or(0));
         if ttl > limits.max_delay {
             return Err(InvalidField::new("ttl", format!("must be at most {} ms", limits.max_delay.as_millis())));
         }
-        let subtopic = reader.optional_key("subtopic", 0)?.filter(|subtopic| !subtopic.is_empty());
-        let biz_key = reader.optional_key("bizKey", 1)?;
-        let replace = reader.optional_bool("replace")?.unwrap_or(false);
+        let subtopic = checks::key("subtopic", input.subtopic, 0)?.filter(|subtopic| !subtopic.is_empty());
+        let biz_key = checks::key("bizKey", input.biz_key, 1)?;
         Ok(PushRequest {
             id,
             topic,
@@ -196,7 +209,7 @@ impl PushRequest {
             ttl,
             subtopic,
             biz_key,
-            replace,
+            replace: input.replace.unwrap_or(false),
         })
     }
 
