@@ -1,5 +1,5 @@
 //! The Lua scripts, one per state transition: `lua/lib.lua`, the library
-//! parts the script uses (`varint`, `record`, `topics`, `index`), then its own file.
+//! parts the script uses (`varint`, `record`, `topics`, `index`, `reserved`), then its own file.
 //!
 //! [`redis::Script`] sends EVALSHA and loads the script on NOSCRIPT, so a
 //! restarted or failed-over Redis needs no special handling.
@@ -51,8 +51,8 @@ impl Scripts {
             replace: script!("replace.lua", "varint.lua", "record.lua", "topics.lua", "index.lua"),
             reserve: script!("reserve.lua", "varint.lua", "record.lua", "index.lua"),
             remove: script!("remove.lua", "varint.lua", "record.lua", "topics.lua", "index.lua"),
-            touch: script!("touch.lua", "varint.lua", "record.lua", "topics.lua"),
-            nack: script!("nack.lua", "varint.lua", "record.lua", "topics.lua", "index.lua"),
+            touch: script!("touch.lua", "varint.lua", "record.lua", "topics.lua", "reserved.lua"),
+            nack: script!("nack.lua", "varint.lua", "record.lua", "topics.lua", "index.lua", "reserved.lua"),
             get: script!("get.lua", "varint.lua", "topics.lua"),
             promote: script!("promote.lua", "varint.lua", "record.lua", "topics.lua", "index.lua"),
             clear: script!("clear.lua"),

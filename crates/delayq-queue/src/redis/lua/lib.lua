@@ -1,5 +1,5 @@
 -- lib.lua: the first part of every delayq script (scripts.rs prepends it, then the
--- other parts a script needs: varint.lua, record.lua, topics.lua, index.lua). The
+-- other parts a script needs: varint.lua, record.lua, topics.lua, index.lua, reserved.lua). The
 -- parts are kept apart because each call runs its whole prelude: a script that
 -- creates fewer closures runs faster.
 --

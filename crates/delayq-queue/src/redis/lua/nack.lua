@@ -5,16 +5,9 @@
 -- Returns: { 'ok', topic, record, state after (0 delay, 1 ready, 5 dead), wake due or nil,
 --            {readied topics} } | { 'nf' } | { 'ws', state } | { 'wa', current attempt }
 local id = ARGV[5]
-local rec = redis.call('HGET', J, id)
-if not rec then
-  return { 'nf' }
-end
-local h = decode(rec)
-if h.state ~= RESERVED then
-  return { 'ws', h.state }
-end
-if ARGV[7] ~= '' and h.attempt ~= tonumber(ARGV[7]) then
-  return { 'wa', h.attempt }
+local rec, h, refused = load_reserved(id, ARGV[7])
+if refused then
+  return refused
 end
 local topic = topic_name(h.topic)
 detach(id, h.state, topic)

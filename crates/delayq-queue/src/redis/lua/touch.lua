@@ -4,16 +4,9 @@
 -- ARGV[5] id, ARGV[6] the delivery (attempt) the caller holds ('' for any)
 -- Returns: { 'ok', topic, record } | { 'nf' } | { 'ws', state } | { 'wa', current attempt }
 local id = ARGV[5]
-local rec = redis.call('HGET', J, id)
-if not rec then
-  return { 'nf' }
-end
-local h = decode(rec)
-if h.state ~= RESERVED then
-  return { 'ws', h.state }
-end
-if ARGV[6] ~= '' and h.attempt ~= tonumber(ARGV[6]) then
-  return { 'wa', h.attempt }
+local rec, h, refused = load_reserved(id, ARGV[6])
+if refused then
+  return refused
 end
 redis.call('ZADD', D, NOW + h.ttr, id)
 return { 'ok', topic_name(h.topic), rec }
