@@ -88,4 +88,7 @@ pub(crate) struct ServerArg {
     /// A bearer token, when the server has auth on.
     #[arg(long, env = "DELAYQ_TOKEN")]
     pub(crate) token: Option<String>,
+    /// Prints the server's JSON answer as it came, for scripts, instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
 }

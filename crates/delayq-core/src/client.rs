@@ -1,19 +1,22 @@
-//! The client subcommands: thin HTTP calls that print the server's answer.
+//! The client subcommands: thin HTTP calls that print the server's answer, as a
+//! table for people or, with `--json`, as the server sent it.
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
 use crate::cli::{ClientCommand, ServerArg};
+use crate::render::Shown;
 
 pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let answer = match command {
+    let (answer, json_output, shown) = match command {
         ClientCommand::Push { server, topic, body, delay, id } => {
             let job = match id {
                 Some(id) => json!({"topic": topic, "body": body, "delay": delay, "id": id}),
                 None => json!({"topic": topic, "body": body, "delay": delay}),
             };
-            send(authorized(http.post(url(&server, "/push")), &server).json(&job)).await?
+            let answer = send(authorized(http.post(url(&server, "/push")), &server).json(&job)).await?;
+            (answer, server.json, Shown::Pushed)
         }
         ClientCommand::Pop { server, topic, count, timeout } => {
             let request = http.get(url(&server, "/pop")).query(&[
@@ -21,20 +24,29 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
                 ("count", count.to_string()),
                 ("timeout", timeout.to_string()),
             ]);
-            send(authorized(request, &server)).await?
+            (send(authorized(request, &server)).await?, server.json, Shown::Popped)
         }
         ClientCommand::Finish { server, id, attempt } => {
             let mut query = vec![("jobId", id)];
             if let Some(attempt) = attempt {
                 query.push(("attempt", attempt.to_string()));
             }
-            send(authorized(http.post(url(&server, "/finish")).query(&query), &server)).await?
+            let answer = send(authorized(http.post(url(&server, "/finish")).query(&query), &server)).await?;
+            (answer, server.json, Shown::Finished)
         }
-        ClientCommand::Stats { server } => send(authorized(http.get(url(&server, "/stats")), &server)).await?,
+        ClientCommand::Stats { server } => {
+            let answer = send(authorized(http.get(url(&server, "/stats")), &server)).await?;
+            (answer, server.json, Shown::Stats)
+        }
     };
-    println!("{}", serde_json::to_string_pretty(&answer)?);
-    if answer.get("success") != Some(&Value::Bool(true)) {
-        bail!("the server refused: {}", answer.get("message").unwrap_or(&Value::Null));
+    let succeeded = answer.get("success") == Some(&Value::Bool(true));
+    if json_output {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else if succeeded {
+        print!("{}", shown.render(answer.get("data").unwrap_or(&Value::Null)));
+    }
+    if !succeeded {
+        bail!("the server refused: {}", answer.get("message").and_then(Value::as_str).unwrap_or("no reason given"));
     }
     Ok(())
 }

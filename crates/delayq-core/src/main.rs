@@ -27,6 +27,7 @@ mod forward;
 mod guard;
 mod leader;
 mod node;
+mod render;
 mod serve;
 
 use std::future::Future;
