@@ -113,5 +113,20 @@ export DELAYQ_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/%2f"
 export DELAYQ_TEST_ZOOKEEPER="127.0.0.1:$ZK_PORT"
 export DELAYQ_TEST_REQUIRE_SERVICES=1
 
-log "services up; running the workspace tests"
-cargo test --workspace --all-targets "$@"
+log "services up; building the workspace tests"
+cargo test --workspace --all-targets --no-run "$@"
+
+# The run is timed apart from the build, and the slowest test binaries are named, so that a
+# change which makes the suite slower shows here (docs/contributing.md keeps the reference).
+log "running the workspace tests"
+output=$(mktemp -t delayq-test.XXXXXX)
+trap 'rm -f "$output"' EXIT
+started=$(date +%s)
+status=0
+cargo test --workspace --all-targets "$@" 2>&1 | tee "$output" || status=$?
+elapsed=$(($(date +%s) - started))
+log "the tests ran in ${elapsed} s, the build excluded; the slowest test binaries:"
+awk '/^ *Running / { binary = $NF; gsub(/[()]/, "", binary); sub(/.*\//, "", binary); sub(/-[0-9a-f]+$/, "", binary) }
+     /^test result:/ { sub(/s$/, "", $NF); print $NF, binary }' "$output" \
+  | sort -rn | head -5 | while read -r seconds binary; do log "  ${seconds} s  ${binary}"; done
+exit "$status"
