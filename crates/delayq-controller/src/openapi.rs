@@ -27,9 +27,10 @@ use crate::schemas::Refusal;
 /// The name of the bearer-token scheme in the document.
 const BEARER: &str = "bearer";
 
-/// What every route may answer besides its own statuses: a panic caught by
-/// the router, and the request timeout that wraps every route.
+/// What every route may answer besides its own statuses: a panic, caught
+/// by the router's outermost layers ...
 const INTERNAL_ERROR: &str = "a bug inside delayq; the detail is logged, never returned (`internal error`)";
+/// ... and the request timeout, a route layer around every route.
 const TIMED_OUT: &str = "the request did not complete within `server.request_timeout_ms` \
     (`request did not complete within <n> ms`)";
 
