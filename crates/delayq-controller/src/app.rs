@@ -6,16 +6,19 @@ use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::{get, post, MethodRouter};
 use axum::{Extension, Router};
-use delayq_common::auth::Tokens;
+use delayq_common::auth::{Access, Tokens};
 use delayq_queue::DelayQueue;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
+use utoipa::ToSchema;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
 
 use crate::limits::{self, BodyLimit, RouteLimits};
+use crate::openapi::{self, Document};
 use crate::{admin, auth, jobs, layers, ops, youzan};
 
 /// The default largest request body, in bytes: room for a full batch of small jobs.
@@ -75,7 +78,7 @@ impl fmt::Debug for ControllerConfig {
 }
 
 /// This node's place in the cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Runs the timers and forwarders.
@@ -89,7 +92,7 @@ pub enum Role {
 }
 
 /// The role, leader and members `/stats` shows.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct RoleInfo {
     /// This node's role.
     pub role: Role,
@@ -164,26 +167,30 @@ impl AppState {
     }
 }
 
-/// Builds the REST API of `API.md` over `state`.
+/// Builds the REST API of `API.md` over `state`, with its OpenAPI document
+/// at `/openapi.json`.
+///
+/// Every route comes from an annotated handler, so the router and the
+/// document are made from one list and cannot disagree.
 pub fn router(state: AppState) -> Router {
     let body_limits = RouteLimits::new(
         state.queue.settings().limits.max_body_bytes,
         state.config.max_result_bytes,
         state.config.max_request_bytes,
     );
-    let open_routes = Router::new().route("/health", get(ops::health));
-    let user_routes =
-        user_routes(body_limits).route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
-    let admin_routes = Router::new()
-        .route("/reStore", get(admin::restore).post(admin::restore))
-        .route("/reStoreJob", get(admin::restore_job).post(admin::restore_job))
-        .route("/clearAll", get(admin::clear_all).post(admin::clear_all))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_admin));
-    open_routes
-        .merge(user_routes)
-        .merge(admin_routes)
+    let document = Document::default();
+    let open_routes = OpenApiRouter::default()
+        .routes(routes!(ops::health))
+        .routes(routes!(openapi::serve_document).map(|method_router| method_router.layer(Extension(document.clone()))));
+    let (routes, api) = OpenApiRouter::with_openapi(openapi::frame())
+        .merge(open_routes)
+        .merge(guarded(user_routes(body_limits), &state, Access::User))
+        .merge(guarded(admin_routes(), &state, Access::Admin))
         // A route layer sees the matched route, which tells long polls apart.
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_request_time))
+        .split_for_parts();
+    document.publish(&openapi::complete(api));
+    routes
         .fallback(layers::route_not_found)
         .method_not_allowed_fallback(layers::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limits.other.0))
@@ -193,28 +200,45 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Gives the routes of `method_router` a body limit of their own.
-fn with_body_limit(method_router: MethodRouter<AppState>, limit: BodyLimit) -> MethodRouter<AppState> {
-    method_router.layer(Extension(limit))
+/// Puts `routes` behind the token guard for `access`, and says so in their
+/// part of the document.
+fn guarded(mut routes: OpenApiRouter<AppState>, state: &AppState, access: Access) -> OpenApiRouter<AppState> {
+    openapi::mark_guarded(routes.get_openapi_mut(), access);
+    let state = state.clone();
+    match access {
+        Access::User => routes.route_layer(middleware::from_fn_with_state(state, auth::require_token)),
+        Access::Admin => routes.route_layer(middleware::from_fn_with_state(state, auth::require_admin)),
+    }
 }
 
-fn user_routes(body_limits: RouteLimits) -> Router<AppState> {
-    Router::new()
-        .route("/push", with_body_limit(post(jobs::push), body_limits.push))
-        .route("/push/batch", with_body_limit(post(jobs::push_batch), body_limits.batch))
-        .route("/pop", get(jobs::pop).post(jobs::pop))
-        .route("/finish", with_body_limit(post(jobs::finish), body_limits.finish))
-        .route("/nack", post(jobs::nack))
-        .route("/touch", post(jobs::touch))
-        .route("/delete", get(jobs::delete).post(jobs::delete))
-        .route("/jobs", get(jobs::find))
-        .route("/jobs/{id}", get(jobs::get_job))
-        .route("/topic/{topic}/job", with_body_limit(post(youzan::push), body_limits.push).get(youzan::pop))
-        .route(
-            "/topic/{topic}/job/{id}",
-            with_body_limit(axum::routing::put(youzan::finish), body_limits.finish).delete(youzan::delete),
-        )
-        .route("/stats", get(ops::stats))
-        .route("/ready", get(ops::ready))
-        .route("/metrics", get(ops::metrics))
+/// Gives the routes of `method_router` a body limit of their own.
+fn with_body_limit(method_router: UtoipaMethodRouter<AppState>, limit: BodyLimit) -> UtoipaMethodRouter<AppState> {
+    method_router.map(|method_router| method_router.layer(Extension(limit)))
+}
+
+fn user_routes(body_limits: RouteLimits) -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(with_body_limit(routes!(jobs::push), body_limits.push))
+        .routes(with_body_limit(routes!(jobs::push_batch), body_limits.batch))
+        .routes(routes!(jobs::pop))
+        .routes(with_body_limit(routes!(jobs::finish), body_limits.finish))
+        .routes(routes!(jobs::nack))
+        .routes(routes!(jobs::touch))
+        .routes(routes!(jobs::delete))
+        .routes(routes!(jobs::find))
+        .routes(routes!(jobs::get_job))
+        .routes(with_body_limit(routes!(youzan::push), body_limits.push))
+        .routes(routes!(youzan::pop))
+        .routes(with_body_limit(routes!(youzan::finish), body_limits.finish))
+        .routes(routes!(youzan::delete))
+        .routes(routes!(ops::stats))
+        .routes(routes!(ops::ready))
+        .routes(routes!(ops::metrics))
+}
+
+fn admin_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(admin::restore))
+        .routes(routes!(admin::restore_job))
+        .routes(routes!(admin::clear_all))
 }

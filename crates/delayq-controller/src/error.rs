@@ -8,6 +8,7 @@ use delayq_queue::{QueueError, INTERNAL_MESSAGE};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::error;
+use utoipa::ToSchema;
 
 /// The message of every successful response.
 const OK_MESSAGE: &str = "ok";
@@ -16,10 +17,13 @@ const OK_MESSAGE: &str = "ok";
 pub(crate) type ApiResult = Result<Response, ApiError>;
 
 /// `{"success", "message", "data"}`, the shape of every response.
-#[derive(Serialize)]
-struct Envelope<'a, T: Serialize> {
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Envelope<'a, T: Serialize> {
+    /// `true` with a `200`.
     success: bool,
+    /// `ok` on success, else what went wrong.
     message: &'a str,
+    /// The result.
     data: T,
 }
 

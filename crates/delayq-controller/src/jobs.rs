@@ -8,11 +8,14 @@ use delayq_queue::service::{DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, MAX_POP_CO
 use delayq_queue::{Pushed, QueueError, QueueResult};
 use serde::Serialize;
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
 use crate::app::AppState;
 use crate::batch::parse_batch;
-use crate::error::{ok, ApiError, ApiResult};
+use crate::error::{ok, ApiError, ApiResult, Envelope};
 use crate::extract::{parse_job_id, ApiPath, JsonObject, OptionalJsonObject, Params, RawBody};
+use crate::params::{AttemptQuery, DeleteQuery, FindQuery, HistoryQuery, JobIdQuery, JobPath, NackQuery, PopQuery};
+use crate::schemas::{BatchBody, FinishBody, PushBody, Refusal};
 use crate::views::{decode_cursor, IdView, JobView, NackedView, PageView, PoppedJob, PushedView};
 
 /// The default page size of `GET /jobs`.
@@ -21,6 +24,25 @@ const DEFAULT_LIST_LIMIT: u64 = 100;
 const MAX_LIST_LIMIT: u64 = 1000;
 
 /// `POST /push`: adds one job (or replaces a waiting one).
+///
+/// The job is committed to the store before the answer.
+#[utoipa::path(
+    post,
+    path = "/push",
+    tag = "jobs",
+    request_body = PushBody,
+    responses(
+        (status = 200, description = "stored and scheduled (or, with `replace`, updated)",
+            body = Envelope<'static, PushedView>),
+        (status = 400, description = "no body, not a JSON object, or a field is invalid (the message names it)",
+            body = Refusal),
+        (status = 409, description = "the id or the business key belongs to a live job; a `replace` of a reserved \
+            job or across topics", body = Refusal),
+        (status = 413, description = "`body` over `limits.max_body_bytes`, or the request body over the route \
+            limit", body = Refusal),
+        (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
+    )
+)]
 pub(crate) async fn push(State(state): State<AppState>, JsonObject(fields): JsonObject) -> ApiResult {
     let request = parse_push(&state, Value::Object(fields), TimeUnit::Millis)?;
     let pushed = state.queue.push(request).await?;
@@ -37,14 +59,33 @@ fn limits(state: &AppState) -> Limits {
 }
 
 /// One entry of a batch answer: the pushed job or why it was refused.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 enum BatchItem {
     Pushed(PushedView),
-    Refused { error: String },
+    Refused {
+        /// The message a single push would have given.
+        error: String,
+    },
 }
 
 /// `POST /push/batch`: `{"jobs": [...]}`, each job judged alone; answers in order.
+///
+/// `data` has one entry per job, in order: `{"id", "runAt"}` when it was pushed, else `{"error"}`.
+#[utoipa::path(
+    post,
+    path = "/push/batch",
+    tag = "jobs",
+    request_body = BatchBody,
+    responses(
+        (status = 200, description = "the batch was read; each entry carries its own outcome",
+            body = Envelope<'static, Vec<BatchItem>>),
+        (status = 400, description = "not a JSON object, `jobs` missing, not an array or over 1000 entries, or not \
+            valid JSON", body = Refusal),
+        (status = 413, description = "the request body over the route limit", body = Refusal),
+        (status = 503, description = "a backend failed and no entry got in", body = Refusal),
+    )
+)]
 pub(crate) async fn push_batch(State(state): State<AppState>, RawBody(body): RawBody) -> ApiResult {
     let requests = parse_batch(&body, &limits(&state), Timestamp::now())?;
     drop(body);
@@ -61,6 +102,21 @@ fn batch_item(outcome: QueueResult<Pushed>) -> BatchItem {
 }
 
 /// `GET|POST /pop?topic=&count=&timeout=`: reserves up to `count` ready jobs.
+///
+/// Lower `priority` numbers come first, then earlier due times.
+#[utoipa::path(
+    method(get, post),
+    path = "/pop",
+    tag = "jobs",
+    params(PopQuery),
+    responses(
+        (status = 200, description = "the reserved jobs; empty when none was ready in time",
+            body = Envelope<'static, Vec<PoppedJob>>),
+        (status = 400, description = "`topic` missing or invalid, `count` or `timeout` out of range", body = Refusal),
+        (status = 503, description = "too many consumers are waiting (a pop with a `timeout`), the scheduler is \
+            unavailable, or the store's journal is full", body = Refusal),
+    )
+)]
 pub(crate) async fn pop(State(state): State<AppState>, params: Params) -> ApiResult {
     let topic = params.topic()?;
     let count = params.integer_in("count", 1, MAX_POP_COUNT as u64, 1)?;
@@ -71,6 +127,24 @@ pub(crate) async fn pop(State(state): State<AppState>, params: Params) -> ApiRes
 }
 
 /// `POST /finish?jobId=&attempt=`: acknowledges a reserved job, with an optional `{"result"}`.
+#[utoipa::path(
+    post,
+    path = "/finish",
+    tag = "jobs",
+    params(JobIdQuery, AttemptQuery),
+    request_body(content = Option<FinishBody>, description = "empty, or an object with the `result` to store"),
+    responses(
+        (status = 200, description = "finished", body = Envelope<'static, IdView>),
+        (status = 400, description = "`jobId` missing or invalid, `attempt` out of range, a body that is not a JSON \
+            object, `result` not a string", body = Refusal),
+        (status = 404, description = "no job has this id", body = Refusal),
+        (status = 409, description = "the job is not reserved (an ended job names its state), or `attempt` names \
+            an older delivery", body = Refusal),
+        (status = 413, description = "`result` over `limits.max_result_bytes`; the job stays reserved",
+            body = Refusal),
+        (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
+    )
+)]
 pub(crate) async fn finish(
     State(state): State<AppState>,
     params: Params,
@@ -108,6 +182,22 @@ pub(crate) async fn finish_job(
 }
 
 /// `POST /nack?jobId=&delay=&attempt=`: gives a reserved job back for a retry.
+///
+/// The job gets `attempt` + 1 and falls due after `delay`; out of retries, it becomes `dead`.
+#[utoipa::path(
+    post,
+    path = "/nack",
+    tag = "jobs",
+    params(JobIdQuery, NackQuery, AttemptQuery),
+    responses(
+        (status = 200, description = "given back, or dead when out of retries", body = Envelope<'static, NackedView>),
+        (status = 400, description = "`jobId` missing or invalid, `attempt` or `delay` invalid", body = Refusal),
+        (status = 404, description = "no job has this id", body = Refusal),
+        (status = 409, description = "the job is not reserved, or `attempt` names an older delivery",
+            body = Refusal),
+        (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
+    )
+)]
 pub(crate) async fn nack(State(state): State<AppState>, params: Params) -> ApiResult {
     let id = params.job_id()?;
     let attempt = params.optional_attempt()?;
@@ -117,6 +207,20 @@ pub(crate) async fn nack(State(state): State<AppState>, params: Params) -> ApiRe
 }
 
 /// `POST /touch?jobId=&attempt=`: restarts the ttr clock of a reserved job.
+#[utoipa::path(
+    post,
+    path = "/touch",
+    tag = "jobs",
+    params(JobIdQuery, AttemptQuery),
+    responses(
+        (status = 200, description = "the deadline is now + `ttr`", body = Envelope<'static, IdView>),
+        (status = 400, description = "`jobId` missing or invalid, `attempt` invalid", body = Refusal),
+        (status = 404, description = "no job has this id", body = Refusal),
+        (status = 409, description = "the job is not reserved, or `attempt` names an older delivery",
+            body = Refusal),
+        (status = 503, description = "the scheduler is unavailable", body = Refusal),
+    )
+)]
 pub(crate) async fn touch(State(state): State<AppState>, params: Params) -> ApiResult {
     let id = params.job_id()?;
     let attempt = params.optional_attempt()?;
@@ -125,6 +229,23 @@ pub(crate) async fn touch(State(state): State<AppState>, params: Params) -> ApiR
 }
 
 /// `GET|POST /delete?jobId=` or `?topic=&bizKey=`: cancels a live job.
+///
+/// The job becomes `deleted`; a consumer that holds it can no longer finish it.
+#[utoipa::path(
+    method(get, post),
+    path = "/delete",
+    tag = "jobs",
+    params(DeleteQuery),
+    responses(
+        (status = 200, description = "deleted", body = Envelope<'static, IdView>),
+        (status = 400, description = "neither `jobId` nor `topic` and `bizKey`, or one of them invalid",
+            body = Refusal),
+        (status = 404, description = "no job has this id, or no live job of the topic has this business key",
+            body = Refusal),
+        (status = 409, description = "the job has ended", body = Refusal),
+        (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
+    )
+)]
 pub(crate) async fn delete(State(state): State<AppState>, params: Params) -> ApiResult {
     let id = match params.optional_job_id()? {
         Some(id) => id,
@@ -141,6 +262,18 @@ pub(crate) async fn delete(State(state): State<AppState>, params: Params) -> Api
 
 /// `GET /jobs/{id}?historyLimit=`: a job in any state, with the newest
 /// `historyLimit` lines of its history (default 100, at most 1000), oldest first.
+#[utoipa::path(
+    get,
+    path = "/jobs/{id}",
+    tag = "jobs",
+    params(JobPath, HistoryQuery),
+    responses(
+        (status = 200, description = "found", body = Envelope<'static, JobView>),
+        (status = 400, description = "an invalid id, `historyLimit` out of range", body = Refusal),
+        (status = 404, description = "no job has this id (or it was purged)", body = Refusal),
+        (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
+    )
+)]
 pub(crate) async fn get_job(State(state): State<AppState>, ApiPath(id): ApiPath<String>, params: Params) -> ApiResult {
     let id = parse_job_id("id", &id)?;
     let history_limit = history_limit(&params)?;
@@ -154,13 +287,39 @@ fn history_limit(params: &Params) -> Result<usize, ApiError> {
     Ok(usize::try_from(limit).unwrap_or(MAX_HISTORY_LIMIT))
 }
 
+/// What `GET /jobs` finds: a job by business key, or a page of a listing.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(clippy::large_enum_variant, reason = "built for one answer and serialized at once, never stored")]
+enum Found {
+    Job(JobView),
+    Page(PageView),
+}
+
 /// `GET /jobs?topic=&bizKey=` (one job) or `GET /jobs?topic=&state=&limit=&cursor=` (a page).
+///
+/// By business key: the live job of the topic that holds it, with its newest 100 history
+/// lines. By state: a page of the topic's jobs in due-time order, then by id.
+#[utoipa::path(
+    get,
+    path = "/jobs",
+    tag = "jobs",
+    params(FindQuery),
+    responses(
+        (status = 200, description = "the job, or a page whose `cursor` leads to the next",
+            body = Envelope<'static, Found>),
+        (status = 400, description = "`topic` missing, `state` missing or unknown, `limit` out of range, an \
+            invalid `cursor`", body = Refusal),
+        (status = 404, description = "by business key only: no live job of the topic holds it", body = Refusal),
+        (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
+    )
+)]
 pub(crate) async fn find(State(state): State<AppState>, params: Params) -> ApiResult {
     let topic = params.topic()?;
     if let Some(biz_key) = params.get("bizKey") {
         let id = state.queue.resolve_biz_key(&topic, biz_key).await?;
         let details = state.queue.get(&id).await.map_err(|error| job_not_found(error, &id))?;
-        return ok(JobView::from(details));
+        return ok(Found::Job(JobView::from(details)));
     }
     let Some(job_state) = params.state()? else {
         return Err(ApiError::invalid("state is required (or bizKey)"));
@@ -168,7 +327,7 @@ pub(crate) async fn find(State(state): State<AppState>, params: Params) -> ApiRe
     let limit = params.integer_in("limit", 1, MAX_LIST_LIMIT, DEFAULT_LIST_LIMIT)?;
     let cursor = params.get("cursor").map(decode_cursor).transpose()?;
     let page = state.queue.list(&topic, job_state, limit as usize, cursor).await?;
-    ok(PageView::new(page.jobs, page.next))
+    ok(Found::Page(PageView::new(page.jobs, page.next)))
 }
 
 /// Words a wrong-state refusal of finish, nack and touch as "not reserved".

@@ -5,6 +5,8 @@
 //!
 //! Layout:
 //! - [`app`]: [`router`], [`AppState`], [`ControllerConfig`] and the role seam ([`RoleProvider`]).
+//! - `openapi`: the OpenAPI document built with the router, served at `/openapi.json`;
+//!   `schemas` and `params`: the shapes it names that handlers read through other code.
 //! - [`error`]: the envelope and [`ApiError`], the one mapping of failures to statuses.
 //! - `extract`: query, JSON body and path extractors that reject with an [`ApiError`].
 //! - `views`: the JSON shapes of jobs in responses.
@@ -30,7 +32,10 @@ mod batch;
 mod extract;
 mod jobs;
 mod limits;
+mod openapi;
 mod ops;
+mod params;
+mod schemas;
 mod views;
 mod youzan;
 

@@ -10,9 +10,11 @@ use delayq_common::JobState;
 use delayq_queue::QueueStats;
 use serde::Serialize;
 use tracing::warn;
+use utoipa::ToSchema;
 
 use crate::app::{AppState, Role, RoleInfo};
-use crate::error::{envelope, ok, ApiResult};
+use crate::error::{envelope, ok, ApiResult, Envelope};
+use crate::schemas::Refusal;
 
 /// How long `/ready` waits for the backends before calling them unavailable.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -22,7 +24,7 @@ const JOBS_GAUGE: &str = "delayq_jobs";
 const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// How many jobs are in each state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub(crate) struct StateCounts {
     delay: u64,
     ready: u64,
@@ -82,14 +84,78 @@ fn count_jobs(stats: &QueueStats) -> (BTreeMap<String, StateCounts>, StateCounts
     (topics, totals)
 }
 
+/// `{"status": "up"}`: the answer to `/health`.
+#[derive(Serialize, ToSchema)]
+struct Health {
+    /// Always `up`.
+    #[schema(example = "up")]
+    status: &'static str,
+}
+
 /// `GET /health`: 200 while the process serves.
+///
+/// Liveness: it checks no backend and needs no token.
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "ops",
+    responses((status = 200, description = "the process serves", body = Envelope<'static, Health>))
+)]
 pub(crate) async fn health() -> ApiResult {
-    ok(serde_json::json!({ "status": "up" }))
+    ok(Health { status: "up" })
+}
+
+/// Whether a backend answered.
+#[derive(Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+enum BackendState {
+    Up,
+    Down,
+}
+
+/// `{"backends": {name: "up" or "down"}}`: the answer to `/ready`.
+#[derive(Serialize, ToSchema)]
+struct Readiness {
+    /// Per backend: the scheduler (`memory` or `redis`), the store (`sqlite` or `mysql`) and,
+    /// when configured, `zookeeper`.
+    backends: BTreeMap<&'static str, BackendState>,
 }
 
 /// `GET /ready`: 200 when every backend answers, else 503 naming the ones that do not.
+///
+/// Asks every backend, waiting at most 2 s; past that the scheduler and the store are down.
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "ops",
+    responses(
+        (status = 200, description = "every backend is up", body = Envelope<'static, Readiness>),
+        (status = 503, description = "a backend is down: the message names it, `data` is still given",
+            body = Envelope<'static, Readiness>),
+    )
+)]
 pub(crate) async fn ready(State(state): State<AppState>) -> ApiResult {
-    let checks = match tokio::time::timeout(READY_TIMEOUT, state.queue.check_backends()).await {
+    let mut checks = check_backends(&state).await;
+    let role = (state.role)();
+    if let Some(coordinator) = role.coordinator {
+        checks.push((coordinator, role.role != Role::Disconnected));
+    }
+    let down: Vec<&str> = checks.iter().filter(|(_, up)| !up).map(|(backend, _)| *backend).collect();
+    let backends = checks
+        .iter()
+        .map(|(backend, up)| (*backend, if *up { BackendState::Up } else { BackendState::Down }))
+        .collect();
+    let data = Readiness { backends };
+    if down.is_empty() {
+        return ok(data);
+    }
+    let message = format!("{} is unavailable", down.join(" and "));
+    envelope(StatusCode::SERVICE_UNAVAILABLE, false, &message, data)
+}
+
+/// Asks the scheduler and the store whether they answer, within [`READY_TIMEOUT`].
+async fn check_backends(state: &AppState) -> Vec<(&'static str, bool)> {
+    match tokio::time::timeout(READY_TIMEOUT, state.queue.check_backends()).await {
         Ok(checks) => checks
             .into_iter()
             .map(|(backend, outcome)| {
@@ -103,40 +169,43 @@ pub(crate) async fn ready(State(state): State<AppState>) -> ApiResult {
             warn!("backend checks timed out");
             vec![(state.queue.scheduler().backend(), false), (state.queue.store().backend(), false)]
         }
-    };
-    let mut checks: Vec<(&str, bool)> = checks;
-    let role = (state.role)();
-    if let Some(coordinator) = role.coordinator {
-        checks.push((coordinator, role.role != Role::Disconnected));
     }
-    let down: Vec<&str> = checks.iter().filter(|(_, up)| !up).map(|(backend, _)| *backend).collect();
-    let backends: BTreeMap<&str, &str> =
-        checks.iter().map(|(backend, up)| (*backend, if *up { "up" } else { "down" })).collect();
-    let data = serde_json::json!({ "backends": backends });
-    if down.is_empty() {
-        return ok(data);
-    }
-    let message = format!("{} is unavailable", down.join(" and "));
-    envelope(StatusCode::SERVICE_UNAVAILABLE, false, &message, data)
 }
 
 /// The answer to `/stats`.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct StatsView {
+    /// Per topic, the number of jobs in each state.
     topics: BTreeMap<String, StateCounts>,
+    /// The same counts summed over the topics.
     totals: StateCounts,
     #[serde(flatten)]
     role: RoleInfo,
+    /// The backends this node uses.
     backends: Backends,
 }
 
-#[derive(Serialize)]
+/// The backends a node uses.
+#[derive(Serialize, ToSchema)]
 struct Backends {
+    /// `memory` or `redis`.
     scheduler: &'static str,
+    /// `sqlite` or `mysql`.
     store: &'static str,
 }
 
 /// `GET /stats`: counts per topic and state, the role and the backends.
+///
+/// Live counts come from the scheduler; ended counts from the store, for the jobs it keeps.
+#[utoipa::path(
+    get,
+    path = "/stats",
+    tag = "ops",
+    responses(
+        (status = 200, description = "the counts", body = Envelope<'static, StatsView>),
+        (status = 503, description = "the scheduler or the store is unavailable", body = Refusal),
+    )
+)]
 pub(crate) async fn stats(State(state): State<AppState>) -> ApiResult {
     let stats = state.queue.stats().await?;
     let (topics, totals) = count_jobs(&stats);
@@ -145,6 +214,14 @@ pub(crate) async fn stats(State(state): State<AppState>) -> ApiResult {
 }
 
 /// `GET /metrics`: the Prometheus text format, with the job gauges refreshed.
+///
+/// Without the envelope. When a backend is down the other metrics are still served.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "ops",
+    responses((status = 200, description = "the metrics", body = String, content_type = "text/plain; version=0.0.4"))
+)]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     match state.queue.stats().await {
         Ok(stats) => {

@@ -4,14 +4,18 @@ use delayq_common::{Job, JobId, JobState, Timestamp};
 use delayq_queue::{JobDetails, Pushed};
 use delayq_store::{ListCursor, LogEntry};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::error::ApiError;
+use crate::schemas::{JobSchema, JobStateSchema};
 
 /// `{"id", "runAt"}`: the answer to a push.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct PushedView {
+    /// The job's id, generated when the push gave none.
     id: String,
+    /// The due time (epoch ms).
     run_at: u64,
 }
 
@@ -22,8 +26,9 @@ impl From<Pushed> for PushedView {
 }
 
 /// `{"id"}`: the answer to finish, touch, delete and restoreJob.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub(crate) struct IdView {
+    /// The job's id.
     id: String,
 }
 
@@ -34,11 +39,15 @@ impl IdView {
 }
 
 /// `{"id", "runAt", "state"}`: the answer to a nack (`state` is `dead` when out of retries).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct NackedView {
+    /// The job's id.
     id: String,
+    /// When it will be delivered again (epoch ms); unchanged when it is `dead`.
     run_at: u64,
+    /// `delay` or `ready` when it will be delivered again, `dead` when it was out of retries.
+    #[schema(value_type = JobStateSchema)]
     state: JobState,
 }
 
@@ -49,18 +58,26 @@ impl From<Job> for NackedView {
 }
 
 /// A job as a consumer receives it from a pop: exactly these fields.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct PoppedJob {
+    /// The job's id.
     id: String,
+    /// The topic.
     topic: String,
+    /// Routing key or Kafka key, as pushed.
     subtopic: Option<String>,
+    /// The payload, as pushed.
     body: String,
+    /// The number of this delivery, from 1.
     attempt: u32,
+    /// The due time of this delivery (epoch ms).
     run_at: u64,
-    /// Milliseconds.
+    /// Time to run, in ms: finish the job within it or it is delivered again.
     ttr: u64,
+    /// 0 (most urgent) to 4.
     priority: u8,
+    /// The business key, as pushed.
     biz_key: Option<String>,
 }
 
@@ -81,11 +98,17 @@ impl From<Job> for PoppedJob {
 }
 
 /// One line of a job's history.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = History)]
 pub(crate) struct HistoryView {
+    /// The state the job entered.
+    #[schema(value_type = JobStateSchema)]
     state: JobState,
+    /// The delivery it was at.
     attempt: u32,
+    /// When (epoch ms).
     at: u64,
+    /// The node that made the change.
     node: String,
 }
 
@@ -96,10 +119,12 @@ impl From<LogEntry> for HistoryView {
 }
 
 /// A job with every field and its history, as `GET /jobs/{id}` shows it.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub(crate) struct JobView {
     #[serde(flatten)]
+    #[schema(value_type = JobSchema)]
     job: Job,
+    /// The newest state changes, oldest first.
     history: Vec<HistoryView>,
 }
 
@@ -110,9 +135,12 @@ impl From<JobDetails> for JobView {
 }
 
 /// `{"jobs", "cursor"}`: one page of a listing; `cursor` is null on the last page.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub(crate) struct PageView {
+    /// The jobs, in due-time order, then by id, without their history.
+    #[schema(value_type = Vec<JobSchema>)]
     jobs: Vec<Job>,
+    /// Set when the page is full: pass it back for the next page.
     cursor: Option<String>,
 }
 
