@@ -283,7 +283,7 @@ sink = "webhook"
 url = "http://127.0.0.1:9000/due"
 "#,
             )?;
-            let config = Config::load(Some(Path::new("delayq.toml"))).expect("the API.md example is valid");
+            let config = Config::load(Some(Path::new("delayq.toml"))).expect("the documented example is valid");
             let sinks: Vec<&str> = config.forward.routes.iter().map(|route| route.sink.as_str()).collect();
             assert_eq!(sinks, ["rabbitmq", "kafka", "webhook"]);
             assert_eq!(config.forward.routes[0].routing_key.as_deref(), Some("{subtopic}"));

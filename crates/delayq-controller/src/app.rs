@@ -167,7 +167,7 @@ impl AppState {
     }
 }
 
-/// Builds the REST API of `API.md` over `state`, with its OpenAPI document
+/// Builds the REST API of docs/api.md over `state`, with its OpenAPI document
 /// at `/openapi.json`.
 ///
 /// Every route comes from an annotated handler, so the router and the

@@ -1,4 +1,4 @@
-//! The delayq REST API of `API.md` over [`delayq_queue::DelayQueue`]: routes,
+//! The delayq REST API of docs/api.md over [`delayq_queue::DelayQueue`]: routes,
 //! the `{success, message, data}` envelope, auth, limits and `/metrics`.
 //!
 //! Must not hold business logic beyond parsing requests and mapping results and errors.
