@@ -72,8 +72,11 @@ use delayq_common::{Job, JobId, JobState, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use self::task::{InsertOutcomes, Reply, Write, WriterTask};
+use self::task::{Reply, Write, WriterTask};
 use crate::store::{BoxError, StateChange, StoreError};
+
+/// The outcome of each job of an insert: written, or refused on its own.
+pub(crate) type InsertOutcomes = Vec<Result<(), StoreError>>;
 
 /// One row of `job_log`; the dialect adds its node and host.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,6 +91,11 @@ impl LogRow {
     /// The line of `job` as it was just written.
     pub(crate) fn of(job: &Job) -> LogRow {
         LogRow { job_id: job.id.clone(), state: job.state, attempt: job.attempt, at: job.updated_at }
+    }
+
+    /// The line of `change`, once applied.
+    pub(crate) fn of_change(change: &StateChange) -> LogRow {
+        LogRow { job_id: change.id.clone(), state: change.state, attempt: change.attempt, at: change.at }
     }
 }
 
@@ -176,7 +184,7 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
 
     /// Inserts `jobs` in order, each judged as by [`BatchDialect::insert_job`]
     /// (one outcome per job); a dialect may write them in fewer statements.
-    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<InsertOutcomes, BoxError> {
         let mut outcomes = Vec::with_capacity(jobs.len());
         for job in jobs {
             outcomes.push(self.insert_job(tx, job).await?);
@@ -228,11 +236,7 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// Inserts `jobs` as [`BatchDialect::insert_jobs`] does and commits: the
     /// whole transaction of a batch of nothing but pushes. A dialect may send
     /// it in one round trip.
-    async fn insert_jobs_and_commit(
-        &self,
-        mut tx: Self::Tx,
-        jobs: &[&Job],
-    ) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+    async fn insert_jobs_and_commit(&self, mut tx: Self::Tx, jobs: &[&Job]) -> Result<InsertOutcomes, BoxError> {
         let outcomes = self.insert_jobs(&mut tx, jobs).await?;
         let log: Vec<LogRow> = written_lines(self, jobs, &outcomes).collect();
         self.commit(tx, &log).await?;
