@@ -7,6 +7,9 @@
 //! - [`identity`]: [`StoreId`], the identity of a store's database.
 //! - [`sqlite`]: the SQLite backend (embedded deployment).
 //! - [`mysql`]: the MySQL / MariaDB backend (distributed deployment).
+//! - `sql`: what the two share: their one [`JobStore`] implementation, the
+//!   reads, the mapping of rows and the binding of values; each dialect keeps
+//!   its own SQL.
 //! - [`metrics`]: the names of the writer's Prometheus metrics.
 //! - [`options`]: retention and the journal bound.
 //! - `retention`: the background task that purges ended jobs past the retention.
@@ -25,6 +28,7 @@ pub mod metrics;
 pub mod mysql;
 pub mod options;
 mod retention;
+mod sql;
 pub mod sqlite;
 pub mod store;
 #[cfg(feature = "testsuite")]

@@ -114,15 +114,32 @@ pub(crate) fn written_lines<'j, D: BatchDialect + ?Sized>(
         .map(|(job, _)| LogRow::of(job))
 }
 
+/// A run of state changes collapsed into one per job (see [`collapse`]).
+pub(crate) struct Collapsed<'c> {
+    /// The change that decides each job's row, in order of each job's first change.
+    pub(crate) decisive: Vec<&'c StateChange>,
+    /// For each change of the run, the index of its job's decisive change, or
+    /// `None` when an earlier change of the job ended it: such a change never applies.
+    slots: Vec<Option<usize>>,
+}
+
+impl Collapsed<'_> {
+    /// Returns whether each change of the run applied, given whether the
+    /// decisive change of a job (by id) did: every change but those after an
+    /// ending one applies exactly when its job was live.
+    pub(crate) fn applied(&self, decisive_applied: impl Fn(&str) -> bool) -> Vec<bool> {
+        let applied = |slot: &Option<usize>| {
+            slot.and_then(|index| self.decisive.get(index)).is_some_and(|change| decisive_applied(change.id.as_str()))
+        };
+        self.slots.iter().map(applied).collect()
+    }
+}
+
 /// Collapses a run of state changes into one per job: the change that leaves the
 /// row as applying them one by one would ([`moves_forward`]): the first ending
 /// change of the job if it has one, else its most advanced live change (a later
-/// attempt, else a later state; the later change on a tie). Returns those, in
-/// order of each job's first change, and for each change of `changes` the index
-/// of its job's decisive change, or `None` when an earlier change of the job
-/// ended it: such a change never applies. Every other change applies exactly
-/// when its job was live, which is what the decisive change's update reports.
-pub(crate) fn collapse<'c>(changes: &[&'c StateChange]) -> (Vec<&'c StateChange>, Vec<Option<usize>>) {
+/// attempt, else a later state; the later change on a tie).
+pub(crate) fn collapse<'c>(changes: &[&'c StateChange]) -> Collapsed<'c> {
     /// Where a job's decisive change is, and whether that change ends the job.
     struct Decided {
         index: usize,
@@ -159,7 +176,7 @@ pub(crate) fn collapse<'c>(changes: &[&'c StateChange]) -> (Vec<&'c StateChange>
             }
         }
     }
-    (decisive, slots)
+    Collapsed { decisive, slots }
 }
 
 /// The statements of one SQL dialect, each run inside the batch transaction.
