@@ -17,7 +17,7 @@
 //! which the writer keeps (`counts`).
 //!
 //! Layout: this module holds the reads' statements (the reads themselves, like
-//! the mapping of rows, are shared with SQLite in [`crate::sql`]); `rows` holds
+//! the mapping of rows, are shared with SQLite in `sql`); `rows` holds
 //! MySQL's own part of the row mapping, `dialect` the write statements,
 //! `chunks` the sizes and text of its multi-row statements,
 //! `counts` the writer's transaction and the ended counts,

@@ -20,7 +20,7 @@
 //! which triggers of the schema keep (see `sql/sqlite/0003_retention_and_counts.sql`).
 //!
 //! Layout: this module holds the reads' statements (the reads themselves, like
-//! the mapping of rows, are shared with MySQL in [`crate::sql`]); `dialect`
+//! the mapping of rows, are shared with MySQL in `sql`); `dialect`
 //! holds the write statements and the `TEMP` triggers with which the writer's
 //! connection writes the history line of every job it inserts, and calls on
 //! `bulk` to insert many jobs in one statement; `tx` is the writer's connection
