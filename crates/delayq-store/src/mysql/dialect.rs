@@ -224,9 +224,7 @@ impl BatchDialect for MysqlDialect {
     /// statements are one transaction until `commit`.
     type Tx = MysqlTx;
 
-    fn backend(&self) -> &'static str {
-        super::BACKEND
-    }
+    const BACKEND: &'static str = super::BACKEND;
 
     async fn begin(&self) -> Result<Self::Tx, BoxError> {
         Ok(MysqlTx::new(self.connection.take().await?))

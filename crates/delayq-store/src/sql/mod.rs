@@ -42,10 +42,9 @@ impl SqlStore {
         dialect: D,
         options: &StoreOptions,
     ) -> SqlStore {
-        let backend = dialect.backend();
         let writer = GroupCommitWriter::spawn(dialect, options.journal_max);
         let retention = RetentionTask::spawn(writer.clone(), options.retention, options.purge_interval);
-        SqlStore { backend, store_id, reads: Box::new(reads), writer, retention }
+        SqlStore { backend: D::BACKEND, store_id, reads: Box::new(reads), writer, retention }
     }
 
     /// Returns how many transactions the writer has committed.

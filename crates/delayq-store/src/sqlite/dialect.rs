@@ -247,9 +247,7 @@ impl SqliteDialect {
 impl BatchDialect for SqliteDialect {
     type Tx = SqliteTx;
 
-    fn backend(&self) -> &'static str {
-        super::BACKEND
-    }
+    const BACKEND: &'static str = super::BACKEND;
 
     async fn begin(&self) -> Result<Self::Tx, BoxError> {
         let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take();

@@ -188,8 +188,8 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// An open transaction on the write connection; dropping it rolls back.
     type Tx: Send;
 
-    /// Returns the backend name used in [`StoreError::Unavailable`].
-    fn backend(&self) -> &'static str;
+    /// The backend name used in [`StoreError::Unavailable`], logs and metrics.
+    const BACKEND: &'static str;
 
     /// Starts a write transaction.
     async fn begin(&self) -> Result<Self::Tx, BoxError>;
@@ -286,7 +286,7 @@ impl GroupCommitWriter {
         let (sender, receiver) = mpsc::unbounded_channel();
         let commits = Arc::new(AtomicU64::new(0));
         let journal_backlog = Arc::new(AtomicUsize::new(0));
-        let backend = dialect.backend();
+        let backend = D::BACKEND;
         let task = WriterTask {
             dialect,
             receiver,

@@ -212,7 +212,7 @@ impl<D: BatchDialect> WriterTask<D> {
                 Err(error) if self.dialect.is_retryable(error) => {
                     let pause = retry_pause(attempt);
                     debug!(
-                        backend = self.dialect.backend(),
+                        backend = D::BACKEND,
                         cause = %error,
                         pause_us = pause.as_micros() as u64,
                         "store batch rolled back, running it again"
@@ -228,7 +228,7 @@ impl<D: BatchDialect> WriterTask<D> {
                 if writes.iter().any(Write::touches_database) {
                     self.commits.fetch_add(1, Ordering::Relaxed);
                     let rows = writes.iter().filter(|write| write.touches_database()).map(Write::rows).sum();
-                    metrics::record_commit(self.dialect.backend(), rows, started.elapsed());
+                    metrics::record_commit(D::BACKEND, rows, started.elapsed());
                 }
                 let journaled: usize = writes.iter().map(Write::journaled).sum();
                 self.journal_backlog.fetch_sub(journaled, Ordering::Relaxed);
@@ -236,7 +236,7 @@ impl<D: BatchDialect> WriterTask<D> {
                 Vec::new()
             }
             Err(source) => {
-                let backend = self.dialect.backend();
+                let backend = D::BACKEND;
                 warn!(backend, writes = writes.len(), cause = %source, "store batch failed");
                 fail(writes, backend, SharedError(Arc::from(source)))
             }
@@ -257,7 +257,7 @@ impl<D: BatchDialect> WriterTask<D> {
         let dropped: usize = retained.iter().map(Write::rows).sum();
         self.journal_backlog.fetch_sub(retained.iter().map(Write::journaled).sum(), Ordering::Relaxed);
         if dropped > 0 {
-            error!(backend = self.dialect.backend(), dropped, "journal entries lost at close");
+            error!(backend = D::BACKEND, dropped, "journal entries lost at close");
         }
     }
 
