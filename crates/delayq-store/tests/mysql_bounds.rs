@@ -8,11 +8,11 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    assert_live_and_ended_counts, assert_the_journal_drains, check_retention_task_purges, fill_the_journal,
+    assert_live_and_ended_counts, bounded_journal_options, check_retention_task_purges, check_the_journal_is_bounded,
     open_scratch, retention_options, scratch_url, three_live_jobs,
 };
 use delayq_store::mysql::COUNTS_QUERY;
-use delayq_store::testsuite::{insert_new_jobs, unique_topic};
+use delayq_store::testsuite::unique_topic;
 use delayq_store::{JobStore, MysqlStore, StoreOptions};
 use serde_json::Value;
 use sqlx::mysql::MySqlConnection;
@@ -113,22 +113,21 @@ async fn counts_read_no_ended_row() {
 }
 
 /// While another session holds the lock of the rows the journal changes, the
-/// journaled changes wait in memory: once `journal_max` of them wait, the store
-/// says it has no room (naming mysql) and the backlog stays put; when the lock
-/// goes, the journal drains by itself.
+/// journal fills up to its bound and waits; when the lock goes, it drains.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_is_bounded_while_the_database_does_not_take_it() {
-    const BOUND: usize = 20;
     let Some(url) = delayq_testkit::service("DELAYQ_TEST_MYSQL_URL") else { return };
-    let store = open_scratch(&url, "node", StoreOptions { journal_max: BOUND, ..StoreOptions::default() }).await;
-    let (_, jobs) = insert_new_jobs(&store, "bound", BOUND).await;
-
-    let mut blocker = connect_to(&url, &store).await;
-    sqlx::query("START TRANSACTION").execute(&mut blocker).await.expect("begin");
-    sqlx::query("SELECT id FROM job FOR UPDATE").fetch_all(&mut blocker).await.expect("lock every row");
-    fill_the_journal(&store, &jobs, "mysql").await;
-    sqlx::query("ROLLBACK").execute(&mut blocker).await.expect("release the locks");
-    assert_the_journal_drains(&store, &jobs, Duration::from_secs(60)).await;
-    blocker.close().await.expect("close");
+    let store = open_scratch(&url, "node", bounded_journal_options()).await;
+    let lock_every_row = || async {
+        let mut blocker = connect_to(&url, &store).await;
+        sqlx::query("START TRANSACTION").execute(&mut blocker).await.expect("begin");
+        sqlx::query("SELECT id FROM job FOR UPDATE").fetch_all(&mut blocker).await.expect("lock every row");
+        blocker
+    };
+    let release = |mut blocker: MySqlConnection| async move {
+        sqlx::query("ROLLBACK").execute(&mut blocker).await.expect("release the locks");
+        blocker.close().await.expect("close");
+    };
+    check_the_journal_is_bounded(&store, "mysql", Duration::from_secs(60), lock_every_row, release).await;
     store.close().await;
 }

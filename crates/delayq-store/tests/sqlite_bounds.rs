@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    assert_live_and_ended_counts, assert_the_journal_drains, check_retention_task_purges, fill_the_journal,
+    assert_live_and_ended_counts, bounded_journal_options, check_retention_task_purges, check_the_journal_is_bounded,
     retention_options, three_live_jobs,
 };
 use delayq_common::{JobState, Timestamp};
 use delayq_store::sqlite::{COUNTS_QUERY, DATABASE_FILE_NAME};
-use delayq_store::testsuite::{change, get_ok, insert_new_jobs, insert_ok, sample_job, unique_name, unique_topic};
+use delayq_store::testsuite::{change, get_ok, insert_ok, sample_job, unique_name, unique_topic, SqliteWriteLock};
 use delayq_store::{JobStore, SqliteStore, StoreOptions};
 use sqlx::{Connection, SqliteConnection};
 
@@ -69,24 +69,17 @@ async fn counts_read_no_ended_row() {
     store.close().await;
 }
 
-/// While another connection holds the write lock, journaled changes wait in
-/// memory: once `journal_max` of them wait, the store says it has no room
-/// (naming sqlite) and the backlog stays put; when the lock goes, the journal
-/// drains by itself.
+/// While another connection holds the write lock, the journal fills up to its
+/// bound and waits; when the lock goes, it drains.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_is_bounded_while_the_database_refuses_writes() {
-    const BOUND: usize = 20;
     let dir = tempfile::tempdir().expect("temp dir");
-    let options = StoreOptions { journal_max: BOUND, ..StoreOptions::default() };
-    let store = SqliteStore::open_in_with_options(dir.path(), "node".into(), options).await.expect("open");
-    let (_, jobs) = insert_new_jobs(&store, "bound", BOUND).await;
-
-    let mut blocker = connect_to(&dir).await;
-    sqlx::query("BEGIN IMMEDIATE").execute(&mut blocker).await.expect("take the write lock");
-    fill_the_journal(&store, &jobs, "sqlite").await;
-    sqlx::query("ROLLBACK").execute(&mut blocker).await.expect("release the write lock");
-    assert_the_journal_drains(&store, &jobs, Duration::from_secs(20)).await;
-    blocker.close().await.expect("close");
+    let store =
+        SqliteStore::open_in_with_options(dir.path(), "node".into(), bounded_journal_options()).await.expect("open");
+    let database = dir.path().join(DATABASE_FILE_NAME);
+    let take_the_write_lock = || SqliteWriteLock::take(&database);
+    let drain_limit = Duration::from_secs(20);
+    check_the_journal_is_bounded(&store, "sqlite", drain_limit, take_the_write_lock, SqliteWriteLock::release).await;
     store.close().await;
 }
 

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayq_common::{Job, JobState, Timestamp, Topic};
+use delayq_common::{JobState, Timestamp, Topic};
 use delayq_store::testsuite::{
     change, counts_of, get_ok, history_states, insert_new_jobs, insert_ok, sample_job, unique_name, unique_topic,
 };
@@ -87,31 +87,49 @@ pub async fn assert_live_and_ended_counts(store: &dyn JobStore, live_topic: &Top
     assert_eq!(counts_of(store, ended_topic).await, ended_states.map(|state| (state, quarter)));
 }
 
-/// While the database takes no writes, journals a change of each of `jobs`
-/// (as many as the store's bound): the store then says it has no room,
-/// naming `backend`, and the backlog stays put.
-pub async fn fill_the_journal(store: &dyn JobStore, jobs: &[Job], backend: &str) {
-    for job in jobs {
+/// The journal bound of the stores [`check_the_journal_is_bounded`] checks.
+pub const JOURNAL_BOUND: usize = 20;
+
+/// The options of a store whose journal holds up to [`JOURNAL_BOUND`] changes.
+pub fn bounded_journal_options() -> StoreOptions {
+    StoreOptions { journal_max: JOURNAL_BOUND, ..StoreOptions::default() }
+}
+
+/// While `block`'s blocker keeps the database from taking writes, journaled
+/// changes wait in memory: once [`JOURNAL_BOUND`] of them wait, the store
+/// (opened with [`bounded_journal_options`]) says it has no room, naming
+/// `backend`, and the backlog stays put; once `release` lets the database take
+/// writes again, the journal drains by itself within `drain_limit`.
+pub async fn check_the_journal_is_bounded<Blocker, Blocked, Released>(
+    store: &dyn JobStore,
+    backend: &str,
+    drain_limit: Duration,
+    block: impl FnOnce() -> Blocked,
+    release: impl FnOnce(Blocker) -> Released,
+) where
+    Blocked: Future<Output = Blocker>,
+    Released: Future<Output = ()>,
+{
+    let (_, jobs) = insert_new_jobs(store, "bound", JOURNAL_BOUND).await;
+    let blocker = block().await;
+    for job in &jobs {
         store.check_journal_room().expect("room below the bound");
         store.journal(vec![change(job, JobState::Ready, Timestamp::now())]);
     }
-    assert_eq!(store.journal_backlog(), jobs.len());
+    assert_eq!(store.journal_backlog(), JOURNAL_BOUND);
     let refused = store.check_journal_room();
     assert!(
         matches!(&refused, Err(StoreError::Unavailable { backend: named, .. }) if *named == backend),
         "{refused:?}"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(store.journal_backlog(), jobs.len(), "nothing committed, nothing added");
+    assert_eq!(store.journal_backlog(), JOURNAL_BOUND, "nothing committed, nothing added");
     assert!(store.check_journal_room().is_err());
-}
 
-/// Once the database takes writes again, the journal [`fill_the_journal`]
-/// filled drains by itself within `limit`.
-pub async fn assert_the_journal_drains(store: &dyn JobStore, jobs: &[Job], limit: Duration) {
-    eventually("the journal drains", limit, || async { store.journal_backlog() == 0 }).await;
+    release(blocker).await;
+    eventually("the journal drains", drain_limit, || async { store.journal_backlog() == 0 }).await;
     store.check_journal_room().expect("room again");
-    for job in jobs {
+    for job in &jobs {
         assert_eq!(get_ok(store, &job.id).await.state, JobState::Ready);
     }
 }
