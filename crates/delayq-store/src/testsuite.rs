@@ -161,6 +161,28 @@ pub async fn insert_ok(store: &dyn JobStore, job: &Job) {
     }
 }
 
+/// Inserts `jobs` in one call; each must be accepted.
+pub async fn insert_all_ok(store: &dyn JobStore, jobs: &[Job]) {
+    let outcomes = store.insert(jobs.to_vec()).await.unwrap_or_else(|error| panic!("insert: {error}"));
+    assert_eq!(outcomes.len(), jobs.len(), "one outcome per job");
+    assert!(outcomes.iter().all(Result::is_ok), "every job is accepted: {outcomes:?}");
+}
+
+/// Inserts `count` jobs named after `name`, of a topic of their own, in one
+/// call; each must be accepted.
+pub async fn insert_new_jobs(store: &dyn JobStore, name: &str, count: usize) -> (Topic, Vec<Job>) {
+    let topic = unique_topic(name);
+    let jobs: Vec<Job> = (0..count).map(|_| sample_job(&unique_name(name), &topic)).collect();
+    insert_all_ok(store, &jobs).await;
+    (topic, jobs)
+}
+
+/// Records, at `at`, each job's move to its state, in one durable write.
+pub async fn record_moves(store: &dyn JobStore, at: Timestamp, moves: &[(&Job, JobState)]) {
+    let changes = moves.iter().map(|&(job, state)| change(job, state, at)).collect();
+    store.record(changes).await.unwrap_or_else(|error| panic!("record: {error}"));
+}
+
 /// Returns the stored job, which must exist.
 pub async fn get_ok(store: &dyn JobStore, id: &JobId) -> Job {
     match store.get(id).await {

@@ -3,43 +3,24 @@
 //! Against the server of `DELAYQ_TEST_MYSQL_URL`, each test in a database of
 //! its own; without the variable the tests print "skipped" and pass.
 
-use std::time::{Duration, Instant};
+mod common;
 
-use delayq_common::{JobState, Timestamp, Topic};
+use std::time::Duration;
+
+use common::{
+    assert_live_and_ended_counts, bounded_journal_options, check_retention_task_purges, check_the_journal_is_bounded,
+    open_scratch, retention_options, scratch_url, three_live_jobs,
+};
 use delayq_store::mysql::COUNTS_QUERY;
-use delayq_store::testsuite::{change, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic};
-use delayq_store::{JobStore, MysqlStore, StoreError, StoreOptions};
+use delayq_store::testsuite::unique_topic;
+use delayq_store::{JobStore, MysqlStore, StoreOptions};
 use serde_json::Value;
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Row};
 
-async fn open_scratch(url: &str, options: StoreOptions) -> MysqlStore {
-    match MysqlStore::open_scratch_with_options(url, "node".into(), options).await {
-        Ok(store) => store,
-        Err(error) => panic!("open a scratch mysql store: {error:?}"),
-    }
-}
-
 /// A connection of its own to the scratch database of `store`.
 async fn connect_to(url: &str, store: &MysqlStore) -> MySqlConnection {
-    let name = store.scratch_database().expect("a scratch store");
-    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
-    MySqlConnection::connect(&format!("{base}/{name}")).await.expect("connect")
-}
-
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, limit: Duration, mut done: impl FnMut() -> F) {
-    let deadline = Instant::now() + limit;
-    while !done().await {
-        assert!(Instant::now() < deadline, "{what} within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn counts_of(counts: &[delayq_store::StateCount], topic: &Topic) -> Vec<(JobState, u64)> {
-    let mut mine: Vec<(JobState, u64)> =
-        counts.iter().filter(|count| &count.topic == topic).map(|count| (count.state, count.count)).collect();
-    mine.sort();
-    mine
+    MySqlConnection::connect(&scratch_url(url, store)).await.expect("connect")
 }
 
 /// Every object of an `EXPLAIN FORMAT=JSON` document that describes table `name`.
@@ -56,44 +37,11 @@ fn tables_named<'v>(plan: &'v Value, name: &str, found: &mut Vec<&'v Value>) {
     }
 }
 
-/// The store's own task purges a job that ended longer ago than the retention,
-/// with its history; a live job and a job that ended recently stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retention_task_purges_jobs_ended_before_the_retention() {
     let Some(url) = delayq_testkit::service("DELAYQ_TEST_MYSQL_URL") else { return };
-    let options = StoreOptions {
-        retention: Some(Duration::from_secs(3_600)),
-        purge_interval: Duration::from_millis(50),
-        ..StoreOptions::default()
-    };
-    let store = open_scratch(&url, options).await;
-    let topic = unique_topic("retention");
-    let [old, recent, live] = ["old", "recent", "live"].map(|name| sample_job(&unique_name(name), &topic));
-    for job in [&old, &recent, &live] {
-        insert_ok(&store, job).await;
-    }
-    let two_hours_ago = Timestamp::from_millis(Timestamp::now().as_millis() - 7_200_000);
-    store
-        .record(vec![
-            change(&old, JobState::Finished, two_hours_ago),
-            change(&recent, JobState::Dead, Timestamp::now()),
-        ])
-        .await
-        .expect("record");
-
-    eventually("the old job is purged", Duration::from_secs(15), || async {
-        store.get(&old.id).await.expect("get").is_none()
-    })
-    .await;
-    assert!(history_states(&store, &old.id).await.is_empty(), "its history goes with it");
-    assert_eq!(get_ok(&store, &recent.id).await.state, JobState::Dead);
-    assert_eq!(get_ok(&store, &live.id).await.state, JobState::Delay);
-    let counts = store.counts().await.expect("counts");
-    assert_eq!(
-        counts_of(&counts, &topic),
-        [(JobState::Delay, 1), (JobState::Dead, 1)],
-        "the purged job left its count"
-    );
+    let store = open_scratch(&url, "node", retention_options()).await;
+    check_retention_task_purges(&store, Duration::from_secs(15)).await;
     store.close().await;
 }
 
@@ -106,11 +54,8 @@ async fn counts_read_no_ended_row() {
     /// Row reads allowed for three live jobs, a few count rows and the sorts.
     const READ_BOUND: u64 = 1_000;
     let Some(url) = delayq_testkit::service("DELAYQ_TEST_MYSQL_URL") else { return };
-    let store = open_scratch(&url, StoreOptions::default()).await;
-    let live_topic = unique_topic("live");
-    let live: Vec<_> = (0..3).map(|_| sample_job(&unique_name("live"), &live_topic)).collect();
-    assert!(store.insert(live.clone()).await.expect("insert").iter().all(Result::is_ok));
-    store.record(vec![change(&live[0], JobState::Ready, Timestamp::now())]).await.expect("record");
+    let store = open_scratch(&url, "node", StoreOptions::default()).await;
+    let live_topic = three_live_jobs(&store).await;
 
     // Rows written behind the writer's back: their counts are added as the
     // writer would have added them.
@@ -162,54 +107,27 @@ async fn counts_read_no_ended_row() {
     assert!(total < READ_BOUND, "the counts read {total} rows: {reads:?}");
     assert!(rows.len() >= 6);
 
-    let counts = store.counts().await.expect("counts");
-    assert_eq!(counts_of(&counts, &live_topic), [(JobState::Delay, 2), (JobState::Ready, 1)]);
-    let quarter = ENDED / 4;
-    assert_eq!(
-        counts_of(&counts, &ended_topic),
-        [
-            (JobState::Finished, quarter),
-            (JobState::Deleted, quarter),
-            (JobState::Dead, quarter),
-            (JobState::Expired, quarter)
-        ]
-    );
+    assert_live_and_ended_counts(&store, &live_topic, &ended_topic, ENDED).await;
     connection.close().await.expect("close");
     store.close().await;
 }
 
 /// While another session holds the lock of the rows the journal changes, the
-/// journaled changes wait in memory: once `journal_max` of them wait, the store
-/// says it has no room (naming mysql) and the backlog stays put; when the lock
-/// goes, the journal drains by itself.
+/// journal fills up to its bound and waits; when the lock goes, it drains.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_is_bounded_while_the_database_does_not_take_it() {
-    const BOUND: usize = 20;
     let Some(url) = delayq_testkit::service("DELAYQ_TEST_MYSQL_URL") else { return };
-    let store = open_scratch(&url, StoreOptions { journal_max: BOUND, ..StoreOptions::default() }).await;
-    let topic = unique_topic("bound");
-    let jobs: Vec<_> = (0..BOUND).map(|_| sample_job(&unique_name("bound"), &topic)).collect();
-    assert!(store.insert(jobs.clone()).await.expect("insert").iter().all(Result::is_ok));
-
-    let mut blocker = connect_to(&url, &store).await;
-    sqlx::query("START TRANSACTION").execute(&mut blocker).await.expect("begin");
-    sqlx::query("SELECT id FROM job FOR UPDATE").fetch_all(&mut blocker).await.expect("lock every row");
-    for job in &jobs {
-        store.check_journal_room().expect("room below the bound");
-        store.journal(vec![change(job, JobState::Ready, Timestamp::now())]);
-    }
-    assert_eq!(store.journal_backlog(), BOUND);
-    let refused = store.check_journal_room();
-    assert!(matches!(refused, Err(StoreError::Unavailable { backend: "mysql", .. })), "{refused:?}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(store.journal_backlog(), BOUND, "nothing committed, nothing added");
-
-    sqlx::query("ROLLBACK").execute(&mut blocker).await.expect("release the locks");
-    eventually("the journal drains", Duration::from_secs(60), || async { store.journal_backlog() == 0 }).await;
-    store.check_journal_room().expect("room again");
-    for job in &jobs {
-        assert_eq!(get_ok(&store, &job.id).await.state, JobState::Ready);
-    }
-    blocker.close().await.expect("close");
+    let store = open_scratch(&url, "node", bounded_journal_options()).await;
+    let lock_every_row = || async {
+        let mut blocker = connect_to(&url, &store).await;
+        sqlx::query("START TRANSACTION").execute(&mut blocker).await.expect("begin");
+        sqlx::query("SELECT id FROM job FOR UPDATE").fetch_all(&mut blocker).await.expect("lock every row");
+        blocker
+    };
+    let release = |mut blocker: MySqlConnection| async move {
+        sqlx::query("ROLLBACK").execute(&mut blocker).await.expect("release the locks");
+        blocker.close().await.expect("close");
+    };
+    check_the_journal_is_bounded(&store, "mysql", Duration::from_secs(60), lock_every_row, release).await;
     store.close().await;
 }

@@ -5,14 +5,17 @@
 //! dropped when its store closes. Without the variable the tests print
 //! "skipped" and pass, unless `DELAYQ_TEST_REQUIRE_SERVICES=1`.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{check_concurrent_single_inserts_share_commits, open_scratch, print_insert_throughput, scratch_url};
 use delayq_common::{JobState, Timestamp};
 use delayq_store::testsuite::{
     self, change, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic, ALL_HISTORY,
 };
-use delayq_store::{JobStore, MysqlStore, StoreError};
+use delayq_store::{JobStore, MysqlStore, StoreError, StoreOptions};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
@@ -24,16 +27,9 @@ fn mysql_url() -> Option<String> {
     delayq_testkit::service(URL_VARIABLE)
 }
 
-async fn open_scratch(url: &str, node: &str) -> MysqlStore {
-    match MysqlStore::open_scratch(url, node.into()).await {
-        Ok(store) => store,
-        Err(error) => panic!("open a scratch mysql store: {error:?}"),
-    }
-}
-
 async fn scratch_store() -> Option<Arc<dyn JobStore>> {
     let url = mysql_url()?;
-    Some(Arc::new(open_scratch(&url, "test-node").await))
+    Some(Arc::new(open_scratch(&url, "test-node", StoreOptions::default()).await))
 }
 
 delayq_store::store_conformance!(scratch_store());
@@ -48,23 +44,8 @@ async fn delete_all_live_on_a_database_of_its_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_single_inserts_share_commits() {
     let Some(url) = mysql_url() else { return };
-    let store = Arc::new(open_scratch(&url, "node").await);
-    let topic = unique_topic("share");
-    let before = store.commits();
-    let barrier = Arc::new(tokio::sync::Barrier::new(50));
-    let mut tasks = JoinSet::new();
-    for _ in 0..50 {
-        let (store, topic, barrier) = (Arc::clone(&store), topic.clone(), Arc::clone(&barrier));
-        tasks.spawn(async move {
-            barrier.wait().await;
-            insert_ok(&*store, &sample_job(&unique_name("share"), &topic)).await;
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.expect("task");
-    }
-    let commits = store.commits() - before;
-    assert!(commits < 50, "50 concurrent inserts took {commits} commits");
+    let store = Arc::new(open_scratch(&url, "node", StoreOptions::default()).await);
+    check_concurrent_single_inserts_share_commits(Arc::clone(&store), MysqlStore::commits).await;
     store.close().await;
 }
 
@@ -73,7 +54,7 @@ async fn concurrent_single_inserts_share_commits() {
 #[tokio::test]
 async fn large_bodies_and_refusals_inside_multi_row_chunks() {
     let Some(url) = mysql_url() else { return };
-    let store = open_scratch(&url, "node").await;
+    let store = open_scratch(&url, "node", StoreOptions::default()).await;
     let topic = unique_topic("large");
     let taken = sample_job(&unique_name("taken"), &topic);
     insert_ok(&store, &taken).await;
@@ -111,7 +92,7 @@ async fn large_bodies_and_refusals_inside_multi_row_chunks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_nodes_share_one_database() {
     let Some(url) = mysql_url() else { return };
-    let first = Arc::new(open_scratch(&url, "node-a").await);
+    let first = Arc::new(open_scratch(&url, "node-a", StoreOptions::default()).await);
     let database = scratch_url(&url, &first);
     let second = Arc::new(MysqlStore::open(&database, "node-b".into()).await.expect("open the same database"));
     let topic = unique_topic("two-nodes");
@@ -193,8 +174,8 @@ async fn nodes_starting_together_on_an_empty_database() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_id_follows_the_database() {
     let Some(url) = mysql_url() else { return };
-    let scratch = open_scratch(&url, "owner").await;
-    let other: Arc<dyn JobStore> = Arc::new(open_scratch(&url, "other").await);
+    let scratch = open_scratch(&url, "owner", StoreOptions::default()).await;
+    let other: Arc<dyn JobStore> = Arc::new(open_scratch(&url, "other", StoreOptions::default()).await);
     let database = scratch_url(&url, &scratch);
     let open = || async {
         let store = MysqlStore::open(&database, "node".into()).await.expect("open the scratch database");
@@ -208,19 +189,12 @@ async fn store_id_follows_the_database() {
     scratch.close().await;
 }
 
-/// Returns the URL of the scratch database `store` works in.
-fn scratch_url(url: &str, store: &MysqlStore) -> String {
-    let name = store.scratch_database().expect("a scratch store");
-    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
-    format!("{base}/{name}")
-}
-
 /// While the server is unreachable durable writes fail fast, journal entries
 /// wait; once it is back the same store commits both without a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn survives_the_server_going_away_and_coming_back() {
     let Some(url) = mysql_url() else { return };
-    let scratch = open_scratch(&url, "node").await;
+    let scratch = open_scratch(&url, "node", StoreOptions::default()).await;
     let direct = scratch_url(&url, &scratch);
     let server = server_address(&direct);
     let proxy = Proxy::start(&server).await;
@@ -305,41 +279,7 @@ impl Proxy {
 #[ignore = "timing run, prints throughput"]
 async fn insert_throughput() {
     let Some(url) = mysql_url() else { return };
-    let store = Arc::new(open_scratch(&url, "bench").await);
-    let topic = unique_topic("bench");
-
-    for round in 0..5 {
-        let jobs: Vec<_> = (0..1_000).map(|_| sample_job(&unique_name("bench-batch"), &topic)).collect();
-        let started = Instant::now();
-        let outcomes = store.insert(jobs).await.expect("insert");
-        let elapsed = started.elapsed();
-        assert!(outcomes.iter().all(Result::is_ok));
-        println!("batch of 1000 inserts (round {round}): {elapsed:?}, {:.0} jobs/s", 1_000.0 / elapsed.as_secs_f64());
-    }
-
-    const TASKS: usize = 50;
-    const PER_TASK: usize = 200;
-    let commits_before = store.commits();
-    let started = Instant::now();
-    let mut tasks = JoinSet::new();
-    for _ in 0..TASKS {
-        let (store, topic) = (Arc::clone(&store), topic.clone());
-        tasks.spawn(async move {
-            for _ in 0..PER_TASK {
-                insert_ok(&*store, &sample_job(&unique_name("bench-single"), &topic)).await;
-            }
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.expect("task");
-    }
-    let elapsed = started.elapsed();
-    let total = TASKS * PER_TASK;
-    let commits = store.commits() - commits_before;
-    println!(
-        "{total} single inserts from {TASKS} tasks: {elapsed:?}, {:.0} jobs/s, {commits} commits ({:.1} inserts/commit)",
-        total as f64 / elapsed.as_secs_f64(),
-        total as f64 / commits.max(1) as f64
-    );
+    let store = Arc::new(open_scratch(&url, "bench", StoreOptions::default()).await);
+    print_insert_throughput(Arc::clone(&store), 5, MysqlStore::commits).await;
     store.close().await;
 }

@@ -1,8 +1,10 @@
 //! The store conformance suite and SQLite-specific behaviour, on temporary files.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::sync::Arc;
+
+use common::{check_concurrent_single_inserts_share_commits, print_insert_throughput};
 use delayq_common::{JobState, Timestamp};
 use delayq_store::testsuite::{
     self, change, get_ok, history_states, insert_ok, sample_job, unique_name, unique_topic, ALL_HISTORY,
@@ -112,22 +114,7 @@ async fn a_closed_store_refuses_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_single_inserts_share_commits() {
     let store = Arc::new(SqliteStore::open_temp("node".into()).await.expect("open"));
-    let topic = unique_topic("share");
-    let before = store.commits();
-    let barrier = Arc::new(tokio::sync::Barrier::new(50));
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..50 {
-        let (store, topic, barrier) = (Arc::clone(&store), topic.clone(), Arc::clone(&barrier));
-        tasks.spawn(async move {
-            barrier.wait().await;
-            insert_ok(&*store, &sample_job(&unique_name("share"), &topic)).await;
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.expect("task");
-    }
-    let commits = store.commits() - before;
-    assert!(commits < 50, "50 concurrent inserts took {commits} commits");
+    check_concurrent_single_inserts_share_commits(Arc::clone(&store), SqliteStore::commits).await;
     store.close().await;
 }
 
@@ -137,42 +124,7 @@ async fn concurrent_single_inserts_share_commits() {
 #[ignore = "timing run, prints throughput"]
 async fn insert_throughput() {
     let store = Arc::new(SqliteStore::open_temp("bench".into()).await.expect("open"));
-    let topic = unique_topic("bench");
-
-    for round in 0..3 {
-        let jobs: Vec<_> = (0..1_000).map(|_| sample_job(&unique_name("bench-batch"), &topic)).collect();
-        let started = Instant::now();
-        let outcomes = store.insert(jobs).await.expect("insert");
-        let elapsed = started.elapsed();
-        assert!(outcomes.iter().all(Result::is_ok));
-        println!("batch of 1000 inserts (round {round}): {elapsed:?}, {:.0} jobs/s", 1_000.0 / elapsed.as_secs_f64());
-    }
-
-    const TASKS: usize = 50;
-    const PER_TASK: usize = 200;
-    let commits_before = store.commits();
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..TASKS {
-        let (store, topic) = (Arc::clone(&store), topic.clone());
-        tasks.spawn(async move {
-            for _ in 0..PER_TASK {
-                insert_ok(&*store, &sample_job(&unique_name("bench-single"), &topic)).await;
-            }
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.expect("task");
-    }
-    let elapsed = started.elapsed();
-    let total = TASKS * PER_TASK;
-    let commits = store.commits() - commits_before;
-    println!(
-        "{total} single inserts from {TASKS} tasks: {elapsed:?}, {:.0} jobs/s, {commits} commits ({:.1} inserts/commit)",
-        total as f64 / elapsed.as_secs_f64(),
-        total as f64 / commits as f64
-    );
-    tokio::time::sleep(Duration::from_millis(1)).await;
+    print_insert_throughput(Arc::clone(&store), 3, SqliteStore::commits).await;
     store.close().await;
 }
 

@@ -5,6 +5,7 @@
 use delayq_common::Job;
 
 use super::rows::job_wire_size;
+use crate::sql::binds::in_list;
 use crate::store::BoxError;
 use crate::writer::moves_forward;
 
@@ -84,7 +85,7 @@ pub(super) fn chunk_level(jobs: &[&Job], max_bytes: usize) -> (usize, usize) {
 
 /// [`LOCK_LIVE_HEAD`] for `rows` ids.
 pub(super) fn lock_live(rows: usize) -> String {
-    format!("{LOCK_LIVE_HEAD}{}) FOR UPDATE", vec!["?"; rows].join(", "))
+    format!("{} FOR UPDATE", in_list(LOCK_LIVE_HEAD, rows))
 }
 
 /// The multi-row update of `rows` state changes, each bound as id, status,
@@ -95,22 +96,14 @@ pub(super) fn change_states(rows: usize) -> String {
     format!("{CHANGE_STATES_HEAD}{first}{rest}{CHANGE_STATES_TAIL}")
 }
 
-/// Builds `prefix (?, …), (?, …), …` with `rows` tuples of `columns` placeholders.
-pub(super) fn multi_row_insert(prefix: &str, columns: usize, rows: usize) -> String {
-    let tuple = format!("({})", vec!["?"; columns].join(", "));
-    format!("{prefix}{}", vec![tuple.as_str(); rows].join(", "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn multi_row_inserts_have_one_tuple_per_row() {
-        assert_eq!(
-            multi_row_insert("INSERT INTO t (a, b) VALUES ", 2, 3),
-            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?), (?, ?)"
-        );
+    fn multi_row_changes_take_six_values_per_row() {
+        assert_eq!(change_states(3).matches('?').count(), 18);
+        assert_eq!(lock_live(3).matches('?').count(), 3);
     }
 
     #[test]

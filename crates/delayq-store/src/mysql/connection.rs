@@ -14,12 +14,15 @@ use std::time::{Duration, Instant};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
 use sqlx::{Connection, Executor};
 
+use crate::sql::reads::Deadline;
+
 /// How long a caller waits for a connection (including connecting) before
 /// the store reports itself unavailable.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(1_500);
 /// How long one statement may take before it is given up (a hung or
 /// unreachable server must not stall the store forever).
-const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const STATEMENT_DEADLINE: Deadline =
+    Deadline { limit: Duration::from_secs(10), message: "mysql statement timed out" };
 /// An idle writer connection older than this is pinged before it is used, so
 /// that one the server closed meanwhile fails no batch.
 const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
@@ -75,9 +78,7 @@ impl WriterConnection {
             connection.execute(WRITER_SESSION_SETTINGS).await?;
             Ok(connection)
         };
-        tokio::time::timeout(ACQUIRE_TIMEOUT, connect)
-            .await
-            .unwrap_or_else(|_| Err(timed_out("connecting to mysql timed out")))
+        Deadline { limit: ACQUIRE_TIMEOUT, message: "connecting to mysql timed out" }.run(connect).await
     }
 
     /// Keeps a connection whose transaction has ended for the next batch.
@@ -88,13 +89,7 @@ impl WriterConnection {
     }
 }
 
-/// Runs a statement, failing it as an I/O timeout after [`STATEMENT_TIMEOUT`].
+/// Runs a statement, failing it as an I/O timeout after [`STATEMENT_DEADLINE`].
 pub(super) async fn within<T>(statement: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T, sqlx::Error> {
-    tokio::time::timeout(STATEMENT_TIMEOUT, statement)
-        .await
-        .unwrap_or_else(|_| Err(timed_out("mysql statement timed out")))
-}
-
-fn timed_out(message: &'static str) -> sqlx::Error {
-    sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, message))
+    STATEMENT_DEADLINE.run(statement).await
 }

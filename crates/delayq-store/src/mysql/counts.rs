@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 
 use delayq_common::{JobId, JobState};
 use sqlx::mysql::MySqlConnection;
-use sqlx::{MySql, QueryBuilder};
 
 use super::connection::within;
-use super::rows::Text;
+use crate::sql::binds::in_list;
+use crate::sql::rows::Text;
 
 /// The writer's connection during a batch, with the batch's changes to the ended counts.
 pub(super) struct MysqlTx {
@@ -55,13 +55,9 @@ impl MysqlTx {
         }
         let ended = std::mem::take(&mut self.newly_ended);
         for chunk in ended.chunks(LOOKUPS_PER_STATEMENT) {
-            let mut lookup = QueryBuilder::<MySql>::new("SELECT id, topic FROM job WHERE id IN (");
-            let mut ids = lookup.separated(", ");
-            for (id, _) in chunk {
-                ids.push_bind(id.as_str());
-            }
-            ids.push_unseparated(")");
-            let topics: Vec<(Text, Text)> = within(lookup.build_query_as().fetch_all(&mut self.connection)).await?;
+            let sql = in_list("SELECT id, topic FROM job WHERE id IN (", chunk.len());
+            let lookup = chunk.iter().fold(sqlx::query_as(&sql), |lookup, (id, _)| lookup.bind(id.as_str()));
+            let topics: Vec<(Text, Text)> = within(lookup.fetch_all(&mut self.connection)).await?;
             let topics: BTreeMap<String, String> =
                 topics.into_iter().map(|(Text(id), Text(topic))| (id, topic)).collect();
             for (id, state) in chunk {

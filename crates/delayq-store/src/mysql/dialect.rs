@@ -10,17 +10,20 @@ use std::collections::{HashMap, HashSet};
 use async_trait::async_trait;
 use delayq_common::{Job, JobId, JobState, Timestamp};
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlQueryResult};
-use sqlx::{Executor, MySql, QueryBuilder};
+use sqlx::Executor;
 
-use super::chunks::{change_states, chunk_level, fixed_chunks, lock_live, multi_row_insert, statement, CHUNK_SIZES};
+use super::chunks::{change_states, chunk_level, fixed_chunks, lock_live, statement, CHUNK_SIZES};
 use super::connection::{within, WriterConnection};
 use super::counts::MysqlTx;
-use super::rows::{
-    bind_job, bind_job_assignments, epoch_ms, job_assignments, job_columns, job_wire_size, number, Text,
-    JOB_COLUMN_COUNT,
+use super::rows::{job_assignments, job_wire_size};
+use crate::sql::binds::{
+    bind_change, bind_job, bind_job_assignments, bind_log_row, bind_texts, in_list, multi_row_values, Bind,
+    DELETE_HISTORY_OF, INSERT_JOB_ROWS, INSERT_LOG_ROWS, LOG_COLUMN_COUNT,
 };
+use crate::sql::is_unique_violation;
+use crate::sql::rows::{biz_key_taken, epoch_ms, id_and_attempt, sql_count, state, Text, JOB_COLUMN_COUNT};
 use crate::store::{BoxError, StateChange, StoreError};
-use crate::writer::{collapse, moves_forward, BatchDialect, LogRow};
+use crate::writer::{collapse, moves_forward, BatchDialect, InsertOutcomes, LogRow};
 
 /// The most bytes of values one multi-row insert carries (at most half the
 /// server's `max_allowed_packet`, which is 16 MiB by default on MariaDB).
@@ -63,6 +66,8 @@ const SELECT_EXPIRED_FOR_UPDATE: &str =
     "SELECT id, topic, status FROM job WHERE is_live = 0 AND update_time < ? ORDER BY update_time LIMIT ? FOR UPDATE";
 /// Counts that fell to 0 once their jobs were purged or pushed again.
 const DELETE_EMPTY_COUNTS: &str = "DELETE FROM job_ended_count WHERE jobs <= 0";
+/// The ended jobs among the ids that follow (`?, ?, …)`).
+const DELETE_ENDED_JOBS: &str = "DELETE FROM job WHERE is_live = 0 AND id IN (";
 const DELETE_ALL_LIVE: &str = "UPDATE job SET status = 'deleted', update_time = ? WHERE is_live = 1";
 const LIVE_HOLDER_OF_BIZ_KEY: &str = "SELECT id FROM job WHERE topic = ? AND live_bizkey = ?";
 const ID_EXISTS: &str = "SELECT COUNT(*) FROM job WHERE id = ?";
@@ -91,36 +96,21 @@ impl MysqlDialect {
         host: String,
         max_packet_bytes: usize,
     ) -> MysqlDialect {
-        let insert_jobs_sql = CHUNK_SIZES
-            .iter()
-            .map(|&rows| {
-                multi_row_insert(concat!("INSERT INTO job (", job_columns!(), ") VALUES "), JOB_COLUMN_COUNT, rows)
-            })
-            .collect();
-        let insert_log_sql = CHUNK_SIZES
-            .iter()
-            .map(|&rows| {
-                multi_row_insert(
-                    "INSERT INTO job_log (job_id, status, attempt, node, update_time, host) VALUES ",
-                    6,
-                    rows,
-                )
-            })
-            .collect();
+        let sizes = |statement: fn(usize) -> String| CHUNK_SIZES.iter().map(|&rows| statement(rows)).collect();
         MysqlDialect {
             connection,
             node: truncate_chars(node, MAX_LOG_NAME_CHARS),
             host: truncate_chars(host, MAX_LOG_NAME_CHARS),
             max_packet_bytes,
-            insert_jobs_sql,
-            insert_log_sql,
-            lock_live_sql: CHUNK_SIZES.iter().map(|&rows| lock_live(rows)).collect(),
-            change_states_sql: CHUNK_SIZES.iter().map(|&rows| change_states(rows)).collect(),
+            insert_jobs_sql: sizes(|rows| multi_row_values(INSERT_JOB_ROWS, JOB_COLUMN_COUNT, rows)),
+            insert_log_sql: sizes(|rows| multi_row_values(INSERT_LOG_ROWS, LOG_COLUMN_COUNT, rows)),
+            lock_live_sql: sizes(lock_live),
+            change_states_sql: sizes(change_states),
         }
     }
 
     /// Inserts `jobs` in order, each judged alone, in as few statements as it can.
-    async fn insert_batch(&self, tx: &mut MysqlTx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+    async fn insert_batch(&self, tx: &mut MysqlTx, jobs: &[&Job]) -> Result<InsertOutcomes, BoxError> {
         let mut outcomes = Vec::with_capacity(jobs.len());
         let mut rest = jobs;
         while !rest.is_empty() {
@@ -177,7 +167,7 @@ impl MysqlDialect {
         match self.update_job(&mut tx.connection, job, false).await {
             Ok(done) if done.rows_affected() > 0 => {
                 if let Some((Text(topic), Text(status))) = ended {
-                    tx.count(&topic, super::rows::state(&status)?, -1);
+                    tx.count(&topic, state(&status)?, -1);
                 }
                 tx.count(job.topic.as_str(), job.state, 1);
                 Ok(Ok(()))
@@ -215,22 +205,16 @@ impl MysqlDialect {
         live: bool,
     ) -> Result<MySqlQueryResult, sqlx::Error> {
         let sql = if live { REPLACE_LIVE_JOB } else { OVERWRITE_ENDED_JOB };
-        let update = bind_job_assignments(sqlx::query(sql), job).bind(job.id.as_str());
+        let update = bind_job_assignments(sqlx::query(sql), job).text(job.id.as_str());
         within(update.execute(&mut *tx)).await
     }
 
     /// Turns a refused business key into [`StoreError::BizKeyTaken`] naming its holder.
     async fn biz_key_taken(&self, tx: &mut MySqlConnection, job: &Job) -> Result<StoreError, BoxError> {
-        let biz_key = job.biz_key.clone().unwrap_or_default();
-        let holder: Option<Text> = within(
-            sqlx::query_scalar(LIVE_HOLDER_OF_BIZ_KEY)
-                .bind(job.topic.as_str())
-                .bind(biz_key.as_str())
-                .fetch_optional(&mut *tx),
-        )
-        .await?;
-        let id = holder.map(|Text(id)| id).unwrap_or_default();
-        Ok(StoreError::BizKeyTaken { topic: job.topic.clone(), biz_key, id })
+        let holder = sqlx::query_scalar(LIVE_HOLDER_OF_BIZ_KEY)
+            .bind(job.topic.as_str())
+            .bind(job.biz_key.as_deref().unwrap_or_default());
+        Ok(biz_key_taken(job, within(holder.fetch_optional(&mut *tx)).await?))
     }
 }
 
@@ -240,9 +224,7 @@ impl BatchDialect for MysqlDialect {
     /// statements are one transaction until `commit`.
     type Tx = MysqlTx;
 
-    fn backend(&self) -> &'static str {
-        super::BACKEND
-    }
+    const BACKEND: &'static str = super::BACKEND;
 
     async fn begin(&self) -> Result<Self::Tx, BoxError> {
         Ok(MysqlTx::new(self.connection.take().await?))
@@ -252,7 +234,7 @@ impl BatchDialect for MysqlDialect {
         self.insert_one(tx, job).await
     }
 
-    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<InsertOutcomes, BoxError> {
         self.insert_batch(tx, jobs).await
     }
 
@@ -275,17 +257,12 @@ impl BatchDialect for MysqlDialect {
     async fn change_state(&self, tx: &mut Self::Tx, change: &StateChange) -> Result<bool, BoxError> {
         // The connection reports matched rows (CLIENT_FOUND_ROWS), so a change
         // that rewrites identical values still counts, as in SQLite.
-        let update = sqlx::query(CHANGE_STATE)
-            .bind(change.state.as_str())
-            .bind(i64::from(change.attempt))
-            .bind(epoch_ms(change.run_at))
-            .bind(epoch_ms(change.at))
-            .bind(change.result.as_deref())
-            .bind(change.id.as_str())
-            .bind(change.state.as_str())
-            .bind(i64::from(change.attempt))
-            .bind(i64::from(change.attempt))
-            .bind(change.state.as_str());
+        let update = bind_change(sqlx::query(CHANGE_STATE), change)
+            .text(change.id.as_str())
+            .text(change.state.as_str())
+            .integer(i64::from(change.attempt))
+            .integer(i64::from(change.attempt))
+            .text(change.state.as_str());
         let done = within(update.execute(&mut tx.connection)).await?;
         if done.rows_affected() > 0 {
             // The row was live (the update requires it), so the job ends here.
@@ -305,9 +282,9 @@ impl BatchDialect for MysqlDialect {
         // The changes of one job collapse into the one that decides its row;
         // the rest go out as multi-row statements of the fixed chunk sizes,
         // two round trips per chunk instead of one or two per change.
-        let (decisive, slots) = collapse(changes);
-        let mut live: HashSet<&str> = HashSet::with_capacity(decisive.len());
-        for (level, chunk) in fixed_chunks(&decisive) {
+        let collapsed = collapse(changes);
+        let mut live: HashSet<&str> = HashSet::with_capacity(collapsed.decisive.len());
+        for (level, chunk) in fixed_chunks(&collapsed.decisive) {
             if let [change] = chunk {
                 if self.change_state(tx, change).await? {
                     live.insert(change.id.as_str());
@@ -327,13 +304,7 @@ impl BatchDialect for MysqlDialect {
                 .collect();
             let mut update = sqlx::query(statement(&self.change_states_sql, level)?);
             for change in chunk {
-                update = update
-                    .bind(change.id.as_str())
-                    .bind(change.state.as_str())
-                    .bind(i64::from(change.attempt))
-                    .bind(epoch_ms(change.run_at))
-                    .bind(epoch_ms(change.at))
-                    .bind(change.result.as_deref());
+                update = bind_change(update.text(change.id.as_str()), change);
             }
             within(update.execute(&mut tx.connection)).await?;
             for change in chunk {
@@ -345,12 +316,7 @@ impl BatchDialect for MysqlDialect {
                 }
             }
         }
-        Ok(slots
-            .into_iter()
-            .map(|slot| {
-                slot.and_then(|index| decisive.get(index)).is_some_and(|change| live.contains(change.id.as_str()))
-            })
-            .collect())
+        Ok(collapsed.applied(|id| live.contains(id)))
     }
 
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {
@@ -361,8 +327,7 @@ impl BatchDialect for MysqlDialect {
         let mut deleted = Vec::with_capacity(rows.len());
         for (Text(id), attempt, Text(topic)) in rows {
             tx.count(&topic, JobState::Deleted, 1);
-            let id = JobId::parse(id).map_err(|error| StoreError::Corrupt(format!("id: {error}")))?;
-            deleted.push((id, number("attempt", attempt)?));
+            deleted.push(id_and_attempt(id, attempt)?);
         }
         Ok(deleted)
     }
@@ -371,13 +336,7 @@ impl BatchDialect for MysqlDialect {
         for (level, chunk) in fixed_chunks(log) {
             let mut insert = sqlx::query(statement(&self.insert_log_sql, level)?);
             for row in chunk {
-                insert = insert
-                    .bind(row.job_id.as_str())
-                    .bind(row.state.as_str())
-                    .bind(i64::from(row.attempt))
-                    .bind(self.node.as_str())
-                    .bind(epoch_ms(row.at))
-                    .bind(self.host.as_str());
+                insert = bind_log_row(insert, row, &self.node, &self.host);
             }
             within(insert.execute(&mut tx.connection)).await?;
         }
@@ -387,23 +346,17 @@ impl BatchDialect for MysqlDialect {
     async fn purge_ended(&self, tx: &mut Self::Tx, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError> {
         // A job this batch ended is counted before its row can go.
         tx.resolve_ended().await?;
-        let select = sqlx::query_as(SELECT_EXPIRED_FOR_UPDATE)
-            .bind(epoch_ms(ended_before))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let select = sqlx::query_as(SELECT_EXPIRED_FOR_UPDATE).bind(epoch_ms(ended_before)).bind(sql_count(limit));
         let expired: Vec<(Text, Text, Text)> = within(select.fetch_all(&mut tx.connection)).await?;
         if expired.is_empty() {
             return Ok(0);
         }
         let ids: Vec<&str> = expired.iter().map(|(Text(id), _, _)| id.as_str()).collect();
-        within(delete_where_in("DELETE FROM job_log WHERE job_id IN (", &ids).build().execute(&mut tx.connection))
-            .await?;
-        let purged = within(
-            delete_where_in("DELETE FROM job WHERE is_live = 0 AND id IN (", &ids).build().execute(&mut tx.connection),
-        )
-        .await?
-        .rows_affected();
+        let (history, jobs) = (in_list(DELETE_HISTORY_OF, ids.len()), in_list(DELETE_ENDED_JOBS, ids.len()));
+        within(bind_texts(sqlx::query(&history), &ids).execute(&mut tx.connection)).await?;
+        let purged = within(bind_texts(sqlx::query(&jobs), &ids).execute(&mut tx.connection)).await?.rows_affected();
         for (_, Text(topic), Text(status)) in &expired {
-            tx.count(topic, super::rows::state(status)?, -1);
+            tx.count(topic, state(status)?, -1);
         }
         within(sqlx::query(DELETE_EMPTY_COUNTS).execute(&mut tx.connection)).await?;
         Ok(purged)
@@ -422,26 +375,11 @@ impl BatchDialect for MysqlDialect {
     }
 }
 
-/// `head` (ending in `IN (`) followed by `ids` as bound values and `)`.
-fn delete_where_in<'q>(head: &'q str, ids: &[&'q str]) -> QueryBuilder<'q, MySql> {
-    let mut query = QueryBuilder::<MySql>::new(head);
-    let mut values = query.separated(", ");
-    for id in ids {
-        values.push_bind(*id);
-    }
-    values.push_unseparated(")");
-    query
-}
-
 fn truncate_chars(text: String, max_chars: usize) -> String {
     match text.char_indices().nth(max_chars) {
         Some((cut, _)) => text[..cut].to_owned(),
         None => text,
     }
-}
-
-fn is_unique_violation(error: &sqlx::Error) -> bool {
-    error.as_database_error().is_some_and(|database| database.is_unique_violation())
 }
 
 fn mysql_error_number(error: &sqlx::Error) -> Option<u16> {

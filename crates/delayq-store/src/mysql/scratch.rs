@@ -10,9 +10,9 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{Connection, Executor};
 use tracing::warn;
 
-use super::rows::Text;
 use super::{unavailable, MysqlStore};
 use crate::options::StoreOptions;
+use crate::sql::rows::Text;
 use crate::store::StoreError;
 
 /// A database [`MysqlStore::open_scratch`] created.

@@ -1,58 +1,29 @@
 //! The SQLite statements of the group-commit writer.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
 use delayq_common::{Job, JobId, Timestamp};
-use sqlx::error::ErrorKind;
-use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{Connection, Executor, QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteRow};
+use sqlx::{Connection, Executor, Row, SqliteConnection};
 
-use super::bulk;
-use super::rows::{bind_job, epoch_ms, job_columns, live_states, number};
+use super::bulk::{self, Scope, Upsert, JOBS_PER_STATEMENT};
+use super::rows::{live_states, overwrite_on_conflict};
+use super::tx::SqliteTx;
+use crate::sql::binds::{
+    bind_change, bind_job, bind_log_row, bind_texts, in_list, multi_row_values, Bind, DELETE_HISTORY_OF,
+    INSERT_LOG_ROWS, LOG_COLUMN_COUNT,
+};
+use crate::sql::is_unique_violation;
+use crate::sql::rows::{biz_key_taken, epoch_ms, id_and_attempt, job_columns, sql_count};
 use crate::store::{BoxError, StateChange, StoreError};
-use crate::writer::{collapse, moves_forward, BatchDialect, LogRow};
-
-/// The conflict clause of a job insert, setting `status` to the given SQL
-/// (a comma-separated list of string literals and macro calls): a push
-/// rewrites every column of the row it finds with the same id.
-macro_rules! overwrite_on_conflict {
-    ($($status:tt)+) => {
-        concat!(
-            " ON CONFLICT (id) DO UPDATE SET \
-             bizkey = excluded.bizkey, topic = excluded.topic, subtopic = excluded.subtopic, \
-             delay = excluded.delay, create_time = excluded.create_time, body = excluded.body, \
-             status = ",
-            $($status)+,
-            ", ttl = excluded.ttl, update_time = excluded.update_time, \
-             run_at = excluded.run_at, ttr = excluded.ttr, priority = excluded.priority, \
-             attempt = excluded.attempt, max_retries = excluded.max_retries, \
-             retry_backoff = excluded.retry_backoff, result = excluded.result"
-        )
-    };
-}
-
-/// The conflict clause of a single job's insert: a row with the same id is
-/// overwritten only when its job has ended; when a live job holds the id, no
-/// row changes. The business-key index refuses a key held by another live job.
-macro_rules! upsert_on_conflict {
-    () => {
-        concat!(overwrite_on_conflict!("excluded.status"), " WHERE job.status NOT IN ", live_states!())
-    };
-}
-
-/// The conflict clause of a multi-row insert ([`super::bulk`]): as
-/// [`upsert_on_conflict`], but a live job holding an id fails the whole
-/// statement instead of leaving its row alone. Its status would become NULL,
-/// which the column refuses; SQLite then rolls back just that statement. So a
-/// statement that succeeds wrote every one of its rows, and says so without
-/// returning one row per job.
-pub(super) const BULK_UPSERT_CONFLICT_CLAUSE: &str =
-    overwrite_on_conflict!("CASE WHEN job.status IN ", live_states!(), " THEN NULL ELSE excluded.status END");
+use crate::writer::{collapse, moves_forward, BatchDialect, InsertOutcomes, LogRow};
 
 /// Inserts one job, bound by [`bind_job`]; returns its id when it wrote a row.
+/// A row with the same id is overwritten only when its job has ended; when a
+/// live job holds the id, no row changes. The business-key index refuses a key
+/// held by another live job.
 ///
 /// This and the other single-row changes tell what they did by the row they
 /// return, not by a count of changed rows: they may carry the batch's `BEGIN`
@@ -62,7 +33,9 @@ const INSERT_JOB: &str = concat!(
     "INSERT INTO job (",
     job_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
-    upsert_on_conflict!(),
+    overwrite_on_conflict!("excluded.status"),
+    " WHERE job.status NOT IN ",
+    live_states!(),
     " RETURNING id"
 );
 
@@ -76,13 +49,21 @@ const REPLACE_JOB: &str = concat!(
     " RETURNING id"
 );
 
-/// The `SET` list of a state change: each column takes its new value when the
-/// change moves the row forward ([`moves_forward`]), else keeps its own. `$row`
-/// prefixes the row's columns ("" or "job."); the rest are the new values.
-macro_rules! forward_assignments {
-    ($row:literal, $status:literal, $attempt:literal, $run_at:literal, $update_time:literal, $result:literal) => {
+/// Moves live jobs forward; ended jobs never move, so a late journal entry
+/// cannot revive one. A change that would take a live job back
+/// ([`moves_forward`]) leaves its row as it is but still counts (its history
+/// line is written). Each column takes its new value when the change moves the
+/// row forward, else keeps its own: SQLite reads the old row in every `SET`
+/// expression, so each can test the same condition.
+///
+/// `$row` prefixes the row's columns ("" or "job."), `$from` names where the
+/// changes come from, `$id` is the id of a change's job; the rest are its new
+/// values. Returns the ids of the live jobs it was given.
+macro_rules! move_forward {
+    ($row:literal, $from:literal, $id:literal, $status:literal, $attempt:literal, $run_at:literal,
+     $update_time:literal, $result:literal) => {
         concat!(
-            "status = ",
+            "UPDATE job SET status = ",
             forward_or_keep!($row, $status, $attempt, $status, "status"),
             ", attempt = ",
             forward_or_keep!($row, $status, $attempt, $attempt, "attempt"),
@@ -91,7 +72,19 @@ macro_rules! forward_assignments {
             ", update_time = ",
             forward_or_keep!($row, $status, $attempt, $update_time, "update_time"),
             ", result = ",
-            forward_or_keep!($row, $status, $attempt, $result, "result")
+            forward_or_keep!($row, $status, $attempt, $result, "result"),
+            $from,
+            " WHERE ",
+            $row,
+            "id = ",
+            $id,
+            " AND ",
+            $row,
+            "status IN ",
+            live_states!(),
+            " RETURNING ",
+            $row,
+            "id"
         )
     };
 }
@@ -112,27 +105,17 @@ macro_rules! forward_or_keep {
     };
 }
 
-/// Moves a live job forward; ended jobs never move, so a late journal entry cannot
-/// revive one. A change that would take a live job back ([`moves_forward`]) leaves
-/// its row as it is but still counts (its history line is written). SQLite reads
-/// the old row in every `SET` expression, so each can test the same condition.
-const CHANGE_STATE: &str = concat!(
-    "UPDATE job SET ",
-    forward_assignments!("", "?1", "?2", "?3", "?4", "?5"),
-    " WHERE id = ?6 AND status IN ",
-    live_states!(),
-    " RETURNING id"
-);
+/// Moves one live job forward (see [`move_forward!`]); binds as [`bind_change`], then the id.
+const CHANGE_STATE: &str = move_forward!("", "", "?6", "?1", "?2", "?3", "?4", "?5");
 
-/// Moves many live jobs at once, after a `WITH v (...) AS (VALUES ...)` of the
-/// changes; returns the ids of the live jobs it was given. Ended jobs never move
-/// and live jobs only forward, as in [`CHANGE_STATE`].
+/// The head of many jobs' changes, followed by their values and [`CHANGE_STATES_TAIL`].
+const CHANGE_STATES_HEAD: &str = "WITH v (id, status, attempt, run_at, update_time, result) AS (VALUES ";
+/// The values of one change in [`CHANGE_STATES_HEAD`]: the id, then those of [`bind_change`].
+const CHANGE_VALUES: usize = 6;
+/// Moves many live jobs forward at once (see [`move_forward!`]).
 const CHANGE_STATES_TAIL: &str = concat!(
-    ") UPDATE job SET ",
-    forward_assignments!("job.", "v.status", "v.attempt", "v.run_at", "v.update_time", "v.result"),
-    " FROM v WHERE job.id = v.id AND job.status IN ",
-    live_states!(),
-    " RETURNING job.id"
+    ") ",
+    move_forward!("job.", " FROM v", "v.id", "v.status", "v.attempt", "v.run_at", "v.update_time", "v.result")
 );
 
 /// State changes per multi-row update (6 parameters each, far below SQLite's 32766).
@@ -151,6 +134,9 @@ const SELECT_EXPIRED: &str = concat!(
     live_states!(),
     " AND update_time < ? ORDER BY update_time LIMIT ?"
 );
+
+/// The ended jobs among the ids that follow (`?, ?, …)`).
+const DELETE_ENDED_JOBS: &str = concat!("DELETE FROM job WHERE status NOT IN ", live_states!(), " AND id IN (");
 
 /// Counts that fell to 0 once their jobs were purged or pushed again.
 const DELETE_EMPTY_COUNTS: &str = "DELETE FROM job_ended_count WHERE jobs <= 0";
@@ -194,68 +180,74 @@ impl SqliteDialect {
         *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(connection);
     }
 
-    /// Turns a refused business key into [`StoreError::BizKeyTaken`] naming its holder.
-    async fn biz_key_taken(&self, connection: &mut SqliteConnection, job: &Job) -> Result<StoreError, BoxError> {
-        let biz_key = job.biz_key.clone().unwrap_or_default();
-        let holder: Option<String> = sqlx::query_scalar(LIVE_HOLDER_OF_BIZ_KEY)
-            .bind(job.topic.as_str())
-            .bind(biz_key.as_str())
-            .fetch_optional(&mut *connection)
-            .await?;
-        Ok(StoreError::BizKeyTaken { topic: job.topic.clone(), biz_key, id: holder.unwrap_or_default() })
-    }
-}
-
-/// The writer's connection during a batch. `BEGIN IMMEDIATE` rides along with
-/// the first statement of the batch instead of taking a round trip to the
-/// connection's thread of its own.
-pub(super) struct SqliteTx {
-    connection: SqliteConnection,
-    begin_pending: bool,
-}
-
-impl SqliteTx {
-    /// `sql`, led by the pending `BEGIN` when it is the batch's first statement.
-    /// The transaction counts as begun from here on: should the statement fail,
-    /// either `BEGIN` ran (a constraint failure, which the batch may go past) or
-    /// the batch fails and the connection is dropped.
-    pub(super) fn statement<'s>(&mut self, sql: &'s str) -> Cow<'s, str> {
-        if std::mem::take(&mut self.begin_pending) {
-            // IMMEDIATE takes the write lock up front, so a second process on the
-            // same file makes us wait (busy timeout) instead of failing mid-batch.
-            Cow::Owned(format!("BEGIN IMMEDIATE; {sql}"))
-        } else {
-            Cow::Borrowed(sql)
+    /// Runs `sql`, a write of `job` bound by [`bind_job`] that returns its id
+    /// when it wrote the row; when it did not, the job is refused as `unwritten`.
+    async fn write_job(
+        &self,
+        tx: &mut SqliteTx,
+        sql: &str,
+        job: &Job,
+        unwritten: fn(JobId) -> StoreError,
+    ) -> Result<Result<(), StoreError>, BoxError> {
+        let sql = tx.statement(sql);
+        match bind_job(sqlx::query(&sql), job).fetch_optional(tx.connection()).await {
+            Ok(Some(_)) => Ok(Ok(())),
+            Ok(None) => Ok(Err(unwritten(job.id.clone()))),
+            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx.connection(), job).await?)),
+            Err(error) => Err(error.into()),
         }
     }
 
-    /// Whether no statement of the batch has run yet (nor `BEGIN`).
-    pub(super) fn is_unbegun(&self) -> bool {
-        self.begin_pending
+    /// Turns a refused business key into [`StoreError::BizKeyTaken`] naming its holder.
+    async fn biz_key_taken(&self, connection: &mut SqliteConnection, job: &Job) -> Result<StoreError, BoxError> {
+        let biz_key = job.biz_key.as_deref().unwrap_or_default();
+        let holder = sqlx::query_scalar(LIVE_HOLDER_OF_BIZ_KEY).bind(job.topic.as_str()).bind(biz_key);
+        Ok(biz_key_taken(job, holder.fetch_optional(connection).await?))
     }
 
-    /// The connection, for statements that run only after another one.
-    pub(super) fn connection(&mut self) -> &mut SqliteConnection {
-        &mut self.connection
+    /// Applies the changes of one chunk, collapsed, in one statement; returns
+    /// whether each applied.
+    async fn change_chunk(&self, tx: &mut SqliteTx, chunk: &[&StateChange]) -> Result<Vec<bool>, BoxError> {
+        let collapsed = collapse(chunk);
+        let changed: HashSet<String> = if let [change] = collapsed.decisive.as_slice() {
+            let changed = self.change_state(tx, change).await?;
+            changed.then(|| change.id.to_string()).into_iter().collect()
+        } else {
+            let head = tx.statement(CHANGE_STATES_HEAD);
+            let sql = multi_row_values(&head, CHANGE_VALUES, collapsed.decisive.len()) + CHANGE_STATES_TAIL;
+            let update = collapsed
+                .decisive
+                .iter()
+                .fold(sqlx::query(&sql), |query, change| bind_change(query.text(change.id.as_str()), change));
+            let ids = update.try_map(|row: SqliteRow| row.try_get::<String, _>(0));
+            ids.fetch_all(tx.connection()).await?.into_iter().collect()
+        };
+        Ok(collapsed.applied(|id| changed.contains(id)))
     }
-}
 
-pub(super) fn is_unique_violation(error: &sqlx::Error) -> bool {
-    error.as_database_error().is_some_and(|database| database.is_unique_violation())
-}
-
-/// Whether a statement failed on a NOT NULL column (see [`BULK_UPSERT_CONFLICT_CLAUSE`]).
-pub(super) fn is_not_null_violation(error: &sqlx::Error) -> bool {
-    error.as_database_error().is_some_and(|database| matches!(database.kind(), ErrorKind::NotNullViolation))
+    /// Appends `log` in multi-row inserts, the last one followed by `tail`.
+    async fn write_log(&self, tx: &mut SqliteTx, log: &[LogRow], tail: &str) -> Result<(), BoxError> {
+        let chunks = log.chunks(LOG_ROWS_PER_STATEMENT);
+        let last = chunks.len();
+        for (index, chunk) in chunks.enumerate() {
+            let head = tx.statement(INSERT_LOG_ROWS);
+            let mut sql = multi_row_values(&head, LOG_COLUMN_COUNT, chunk.len());
+            if index + 1 == last {
+                sql.push_str(tail);
+            }
+            let insert =
+                chunk.iter().fold(sqlx::query(&sql), |query, row| bind_log_row(query, row, &self.node, &self.host));
+            insert.execute(tx.connection()).await?;
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl BatchDialect for SqliteDialect {
     type Tx = SqliteTx;
 
-    fn backend(&self) -> &'static str {
-        super::BACKEND
-    }
+    const BACKEND: &'static str = super::BACKEND;
 
     async fn begin(&self) -> Result<Self::Tx, BoxError> {
         let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -263,48 +255,39 @@ impl BatchDialect for SqliteDialect {
             Some(connection) => connection,
             None => with_triggers(SqliteConnection::connect_with(&self.options).await?, &self.triggers).await?,
         };
-        Ok(SqliteTx { connection, begin_pending: true })
+        Ok(SqliteTx::new(connection))
     }
 
     async fn insert_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
-        let sql = tx.statement(INSERT_JOB);
-        match bind_job(sqlx::query(&sql), job).fetch_optional(tx.connection()).await {
-            Ok(None) => Ok(Err(StoreError::IdTaken(job.id.clone()))),
-            Ok(Some(_)) => Ok(Ok(())),
-            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx.connection(), job).await?)),
-            Err(error) => Err(error.into()),
-        }
+        self.write_job(tx, INSERT_JOB, job, StoreError::IdTaken).await
     }
 
-    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
-        match jobs {
-            [job] => Ok(vec![self.insert_job(tx, job).await?]),
-            _ => bulk::insert_jobs(self, tx, jobs).await,
+    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<InsertOutcomes, BoxError> {
+        if let [job] = jobs {
+            return Ok(vec![self.insert_job(tx, job).await?]);
         }
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for chunk in jobs.chunks(JOBS_PER_STATEMENT) {
+            match bulk::upsert(tx, chunk, Scope::Batch).await? {
+                Upsert::Written => outcomes.extend(chunk.iter().map(|_| Ok(()))),
+                Upsert::Refused => {
+                    for job in chunk {
+                        outcomes.push(self.insert_job(tx, job).await?);
+                    }
+                }
+            }
+        }
+        Ok(outcomes)
     }
 
     async fn replace_job(&self, tx: &mut Self::Tx, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
-        let sql = tx.statement(REPLACE_JOB);
-        match bind_job(sqlx::query(&sql), job).fetch_optional(tx.connection()).await {
-            Ok(None) => Ok(Err(StoreError::NotFound(job.id.clone()))),
-            Ok(Some(_)) => Ok(Ok(())),
-            Err(error) if is_unique_violation(&error) => Ok(Err(self.biz_key_taken(tx.connection(), job).await?)),
-            Err(error) => Err(error.into()),
-        }
+        self.write_job(tx, REPLACE_JOB, job, StoreError::NotFound).await
     }
 
     async fn change_state(&self, tx: &mut Self::Tx, change: &StateChange) -> Result<bool, BoxError> {
         let sql = tx.statement(CHANGE_STATE);
-        let changed = sqlx::query(&sql)
-            .bind(change.state.as_str())
-            .bind(i64::from(change.attempt))
-            .bind(epoch_ms(change.run_at))
-            .bind(epoch_ms(change.at))
-            .bind(change.result.as_deref())
-            .bind(change.id.as_str())
-            .fetch_optional(tx.connection())
-            .await?;
-        Ok(changed.is_some())
+        let update = bind_change(sqlx::query(&sql), change).text(change.id.as_str());
+        Ok(update.fetch_optional(tx.connection()).await?.is_some())
     }
 
     async fn change_states(&self, tx: &mut Self::Tx, changes: &[&StateChange]) -> Result<Vec<bool>, BoxError> {
@@ -312,30 +295,7 @@ impl BatchDialect for SqliteDialect {
         for chunk in changes.chunks(CHANGES_PER_STATEMENT) {
             // One statement per chunk: the changes of one job collapse into the
             // one that decides its row (ready then reserved is one update).
-            let (decisive, slots) = collapse(chunk);
-            let changed: HashSet<String> = if let [change] = decisive.as_slice() {
-                let changed = self.change_state(tx, change).await?;
-                changed.then(|| change.id.to_string()).into_iter().collect()
-            } else {
-                let mut update = QueryBuilder::<Sqlite>::new(
-                    tx.statement("WITH v (id, status, attempt, run_at, update_time, result) AS ("),
-                );
-                update.push_values(&decisive, |mut values, change| {
-                    values
-                        .push_bind(change.id.as_str())
-                        .push_bind(change.state.as_str())
-                        .push_bind(i64::from(change.attempt))
-                        .push_bind(epoch_ms(change.run_at))
-                        .push_bind(epoch_ms(change.at))
-                        .push_bind(change.result.as_deref());
-                });
-                update.push(CHANGE_STATES_TAIL);
-                let changed: Vec<String> = update.build_query_scalar().fetch_all(tx.connection()).await?;
-                changed.into_iter().collect()
-            };
-            applied.extend(slots.into_iter().map(|slot| {
-                slot.and_then(|index| decisive.get(index)).is_some_and(|change| changed.contains(change.id.as_str()))
-            }));
+            applied.extend(self.change_chunk(tx, chunk).await?);
         }
         Ok(applied)
     }
@@ -343,32 +303,21 @@ impl BatchDialect for SqliteDialect {
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError> {
         let sql = tx.statement(DELETE_ALL_LIVE);
         let rows: Vec<(String, i64)> = sqlx::query_as(&sql).bind(epoch_ms(at)).fetch_all(tx.connection()).await?;
-        let mut deleted = Vec::with_capacity(rows.len());
-        for (id, attempt) in rows {
-            let id = JobId::parse(id).map_err(|error| StoreError::Corrupt(format!("id: {error}")))?;
-            deleted.push((id, number("attempt", attempt)?));
-        }
+        let deleted = rows.into_iter().map(|(id, attempt)| id_and_attempt(id, attempt)).collect::<Result<_, _>>()?;
         Ok(deleted)
     }
 
     async fn purge_ended(&self, tx: &mut Self::Tx, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError> {
         let sql = tx.statement(SELECT_EXPIRED);
-        let ids: Vec<String> = sqlx::query_scalar(&sql)
-            .bind(epoch_ms(ended_before))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(tx.connection())
-            .await?;
+        let select = sqlx::query_scalar(&sql).bind(epoch_ms(ended_before)).bind(sql_count(limit));
+        let ids: Vec<String> = select.fetch_all(tx.connection()).await?;
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut history = QueryBuilder::<Sqlite>::new("DELETE FROM job_log WHERE job_id IN (");
-        push_id_list(&mut history, &ids);
-        history.build().execute(tx.connection()).await?;
+        let (history, jobs) = (in_list(DELETE_HISTORY_OF, ids.len()), in_list(DELETE_ENDED_JOBS, ids.len()));
+        bind_texts(sqlx::query(&history), &ids).execute(tx.connection()).await?;
         // The triggers of job_ended_count take each deleted row off its count.
-        let mut jobs = QueryBuilder::<Sqlite>::new(concat!("DELETE FROM job WHERE status NOT IN ", live_states!()));
-        jobs.push(" AND id IN (");
-        push_id_list(&mut jobs, &ids);
-        let purged = jobs.build().execute(tx.connection()).await?.rows_affected();
+        let purged = bind_texts(sqlx::query(&jobs), &ids).execute(tx.connection()).await?.rows_affected();
         tx.connection().execute(DELETE_EMPTY_COUNTS).await?;
         Ok(purged)
     }
@@ -378,9 +327,9 @@ impl BatchDialect for SqliteDialect {
     }
 
     async fn commit(&self, mut tx: Self::Tx, log: &[LogRow]) -> Result<(), BoxError> {
-        if tx.begin_pending {
+        if tx.is_unbegun() {
             // No statement ran, so there is no transaction to end.
-            self.put_back(tx.connection);
+            self.put_back(tx.into_connection());
             return Ok(());
         }
         if log.is_empty() {
@@ -389,7 +338,7 @@ impl BatchDialect for SqliteDialect {
             // The commit rides along with the last history rows: one round trip.
             self.write_log(&mut tx, log, "; COMMIT").await?;
         }
-        self.put_back(tx.connection);
+        self.put_back(tx.into_connection());
         Ok(())
     }
 
@@ -397,45 +346,19 @@ impl BatchDialect for SqliteDialect {
         true
     }
 
-    async fn insert_jobs_and_commit(
-        &self,
-        mut tx: Self::Tx,
-        jobs: &[&Job],
-    ) -> Result<Vec<Result<(), StoreError>>, BoxError> {
-        if let Some(outcomes) = bulk::insert_jobs_and_commit(&mut tx, jobs).await? {
-            self.put_back(tx.connection);
-            return Ok(outcomes);
+    async fn insert_jobs_and_commit(&self, mut tx: Self::Tx, jobs: &[&Job]) -> Result<InsertOutcomes, BoxError> {
+        // A batch of pushes that fits one statement is a transaction of its
+        // own; should a job be refused, nothing is written and the batch
+        // judges each job in a transaction as usual.
+        if tx.is_unbegun() && jobs.len() <= JOBS_PER_STATEMENT {
+            if let Upsert::Written = bulk::upsert(&mut tx, jobs, Scope::Own).await? {
+                self.commit(tx, &[]).await?;
+                return Ok(jobs.iter().map(|_| Ok(())).collect());
+            }
         }
         let outcomes = self.insert_jobs(&mut tx, jobs).await?;
         self.commit(tx, &[]).await?;
         Ok(outcomes)
-    }
-}
-
-impl SqliteDialect {
-    /// Appends `log` in multi-row inserts, the last one followed by `tail`.
-    async fn write_log(&self, tx: &mut SqliteTx, log: &[LogRow], tail: &str) -> Result<(), BoxError> {
-        let chunks = log.chunks(LOG_ROWS_PER_STATEMENT);
-        let last = chunks.len();
-        for (index, chunk) in chunks.enumerate() {
-            let mut insert = QueryBuilder::<Sqlite>::new(
-                tx.statement("INSERT INTO job_log (job_id, status, attempt, node, update_time, host) "),
-            );
-            insert.push_values(chunk, |mut values, row| {
-                values
-                    .push_bind(row.job_id.as_str())
-                    .push_bind(row.state.as_str())
-                    .push_bind(i64::from(row.attempt))
-                    .push_bind(self.node.as_str())
-                    .push_bind(epoch_ms(row.at))
-                    .push_bind(self.host.as_str());
-            });
-            if index + 1 == last {
-                insert.push(tail);
-            }
-            insert.build().execute(tx.connection()).await?;
-        }
-        Ok(())
     }
 }
 
@@ -456,15 +379,6 @@ fn history_triggers(node: &str, host: &str) -> String {
         "CREATE TEMP TRIGGER IF NOT EXISTS job_inserted_log AFTER INSERT ON main.job BEGIN {line} END; \
          CREATE TEMP TRIGGER IF NOT EXISTS job_rewritten_log AFTER UPDATE OF create_time ON main.job BEGIN {line} END;"
     )
-}
-
-/// Appends `ids` as bound values and the closing parenthesis of an `IN (` list.
-fn push_id_list<'q>(query: &mut QueryBuilder<'q, Sqlite>, ids: &'q [String]) {
-    let mut values = query.separated(", ");
-    for id in ids {
-        values.push_bind(id.as_str());
-    }
-    values.push_unseparated(")");
 }
 
 /// `connection` with the history `triggers` installed.

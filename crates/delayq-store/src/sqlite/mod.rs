@@ -19,33 +19,38 @@
 //! the partial index of live rows and reads ended counts from `job_ended_count`,
 //! which triggers of the schema keep (see `sql/sqlite/0003_retention_and_counts.sql`).
 //!
-//! Layout: `rows` maps rows to jobs, `dialect` holds the write statements and
-//! the `TEMP` triggers with which the writer's connection writes the history
-//! line of every job it inserts, `bulk` inserts many jobs in few statements.
+//! Layout: this module holds the reads' statements (the reads themselves, like
+//! the mapping of rows, are shared with MySQL in `sql`); `dialect`
+//! holds the write statements and the `TEMP` triggers with which the writer's
+//! connection writes the history line of every job it inserts, and calls on
+//! `bulk` to insert many jobs in one statement; `tx` is the writer's connection
+//! during a batch; `rows` holds SQLite's SQL fragments of the `job` row;
+//! `checkpoint` keeps the WAL short.
 
 mod bulk;
 mod checkpoint;
 mod dialect;
 mod rows;
+mod tx;
 
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, SqliteConnection, SqlitePool};
 
 use self::checkpoint::Checkpointer;
 use self::dialect::SqliteDialect;
-use self::rows::{job_columns, live_states, number, sql_count, state, JobRow, LogEntryRow};
-use crate::identity::{StoreId, STORE_ID_KEY};
+use self::rows::live_states;
 use crate::options::{SqliteSync, StoreOptions};
-use crate::retention::RetentionTask;
-use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
-use crate::writer::{host_name, GroupCommitWriter};
+use crate::sql::reads::{CursorForm, ReadStatements, Reader, Reads};
+use crate::sql::rows::job_columns;
+use crate::sql::{OverSql, SqlStore};
+use crate::store::StoreError;
+use crate::writer::host_name;
 
 /// The file name [`SqliteStore::open_in`] uses inside its directory.
 pub const DATABASE_FILE_NAME: &str = "delayq.db";
@@ -54,7 +59,7 @@ const BACKEND: &str = "sqlite";
 /// How long a statement waits for a lock held by another connection or process.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Rows the writer's connection may return before its caller takes them: more
-/// than one multi-row insert returns (see `bulk.rs`).
+/// than one multi-row update of state changes returns (see `dialect.rs`).
 const WRITER_ROW_BUFFER: usize = 1024;
 /// How long a read waits for a free connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,12 +69,9 @@ static MIGRATOR: Migrator = sqlx::migrate!("../../sql/sqlite");
 
 /// The job store over one SQLite file.
 pub struct SqliteStore {
-    store_id: StoreId,
-    reader: SqlitePool,
-    writer: GroupCommitWriter,
+    sql: SqlStore,
     checkpointer: Checkpointer,
     checkpoint_pool: SqlitePool,
-    retention: Option<RetentionTask>,
     /// Removes the database of [`SqliteStore::open_temp`] when the store is dropped.
     #[cfg(feature = "testsuite")]
     _temp_dir: Option<tempfile::TempDir>,
@@ -152,7 +154,7 @@ impl SqliteStore {
     /// Returns how many transactions the writer has committed (each may carry
     /// the writes of many callers).
     pub fn commits(&self) -> u64 {
-        self.writer.commits()
+        self.sql.commits()
     }
 
     /// Reads back when the database syncs its commits, as SQLite applied it
@@ -195,50 +197,50 @@ impl SqliteStore {
             .clone()
             .journal_mode(SqliteJournalMode::Wal)
             .pragma("wal_autocheckpoint", checkpoint::WRITER_THRESHOLD_PAGES.to_string())
-            // A batch insert returns a row per job. With sqlx's default of 50
-            // buffered rows, the connection's thread stopped every 50 rows until
-            // the writer task (on the runtime) took them: a thread hand-off each.
+            // A run of state changes returns a row per job. With sqlx's default
+            // of 50 buffered rows, the connection's thread stopped every 50 rows
+            // until the writer task took them: a thread hand-off each.
             .row_buffer_size(WRITER_ROW_BUFFER);
-        let migration_pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(writer_options.clone())
-            .await
-            .map_err(unavailable)?;
+        let migration_pool = connect_pool(&writer_options, 1).await?;
         MIGRATOR.run(&migration_pool).await.map_err(unavailable)?;
-        let store_id = shared_store_id(&migration_pool).await?;
+        let store_id = Reader::new(migration_pool.clone(), BACKEND, &READS, None).store_id().await?;
         // The writer's own connection opens before the migration pool closes:
         // an in-memory database lives only while a connection to it is open.
         let writer_connection = SqliteConnection::connect_with(&writer_options).await.map_err(unavailable)?;
         migration_pool.close().await;
-        let checkpoint_pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.clone())
-            .await
-            .map_err(unavailable)?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(READ_CONNECTIONS)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
-            .await
-            .map_err(unavailable)?;
+        let checkpoint_pool = connect_pool(&options, 1).await?;
+        let read_pool = connect_pool(&options, READ_CONNECTIONS).await?;
         let dialect =
             SqliteDialect::open(writer_options, writer_connection, node, host_name()).await.map_err(unavailable)?;
-        let writer = GroupCommitWriter::spawn(dialect, store_options.journal_max);
-        let checkpointer = Checkpointer::spawn(checkpoint_pool.clone(), writer.commit_counter());
-        let retention = RetentionTask::spawn(writer.clone(), store_options.retention, store_options.purge_interval);
+        let reader = Reader::new(read_pool, BACKEND, &READS, None);
+        let sql = SqlStore::start(store_id, reader, dialect, &store_options);
+        let checkpointer = Checkpointer::spawn(checkpoint_pool.clone(), sql.commit_counter());
         Ok(SqliteStore {
-            store_id,
-            reader,
-            writer,
+            sql,
             checkpointer,
             checkpoint_pool,
-            retention,
             #[cfg(feature = "testsuite")]
             _temp_dir: None,
         })
     }
+}
+
+#[async_trait]
+impl OverSql for SqliteStore {
+    fn sql(&self) -> &SqlStore {
+        &self.sql
+    }
+
+    async fn close_own(&self) {
+        self.checkpointer.stop();
+        self.checkpoint_pool.close().await;
+    }
+}
+
+/// Opens a pool of up to `connections` connections with `options`.
+async fn connect_pool(options: &SqliteConnectOptions, connections: u32) -> Result<SqlitePool, StoreError> {
+    let pool = SqlitePoolOptions::new().max_connections(connections).acquire_timeout(ACQUIRE_TIMEOUT);
+    pool.connect_with(options.clone()).await.map_err(unavailable)
 }
 
 /// Creates the directory of a database file (not for in-memory databases).
@@ -253,50 +255,46 @@ async fn create_parent_dir(file: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// Records a new store id unless the file holds one, and returns the one it
-/// holds: processes opening the file at once all read the first writer's.
-async fn shared_store_id(pool: &SqlitePool) -> Result<StoreId, StoreError> {
-    let generated = StoreId::generate();
-    let insert = sqlx::query(INSERT_STORE_ID).bind(STORE_ID_KEY).bind(generated.as_str());
-    insert.execute(pool).await.map_err(unavailable)?;
-    let stored: String =
-        sqlx::query_scalar(SELECT_STORE_ID).bind(STORE_ID_KEY).fetch_one(pool).await.map_err(unavailable)?;
-    StoreId::from_stored(stored)
-}
-
 fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Unavailable { backend: BACKEND, source: Box::new(error) }
 }
 
-fn into_jobs(rows: Vec<JobRow>) -> Result<Vec<Job>, StoreError> {
-    rows.into_iter().map(JobRow::into_job).collect()
-}
+/// The reads: a listing takes the ids of a page from the covering `(topic,
+/// status, id, run_at)` index, sorted by due time, and reads only the page's
+/// rows; live jobs come from the partial index of live rows.
+static READS: ReadStatements = ReadStatements {
+    job: concat!("SELECT ", job_columns!(), " FROM job WHERE id = ?"),
+    history: "SELECT status, attempt, update_time, node FROM job_log WHERE job_id = ? ORDER BY id DESC LIMIT ?",
+    live_by_biz_key: concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM job WHERE topic = ? AND bizkey = ? AND status IN ",
+        live_states!()
+    ),
+    list_first_page: concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM job WHERE id IN (SELECT id FROM job WHERE topic = ? AND status = ? ORDER BY run_at, id LIMIT ?) \
+         ORDER BY run_at, id"
+    ),
+    list_after_cursor: concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM job WHERE id IN (SELECT id FROM job WHERE topic = ? AND status = ? AND (run_at, id) > (?, ?) \
+         ORDER BY run_at, id LIMIT ?) ORDER BY run_at, id"
+    ),
+    cursor_form: CursorForm::RowValue,
+    live_jobs: concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM job WHERE status IN ",
+        live_states!(),
+        " AND id > ? ORDER BY id LIMIT ?"
+    ),
+    counts: COUNTS_QUERY,
+    insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON CONFLICT (meta_key) DO NOTHING",
+};
 
-const INSERT_STORE_ID: &str =
-    "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON CONFLICT (meta_key) DO NOTHING";
-const SELECT_STORE_ID: &str = "SELECT meta_value FROM store_meta WHERE meta_key = ?";
-const SELECT_JOB: &str = concat!("SELECT ", job_columns!(), " FROM job WHERE id = ?");
-/// The newest lines of a job's history, newest first.
-const SELECT_HISTORY: &str =
-    "SELECT status, attempt, update_time, node FROM job_log WHERE job_id = ? ORDER BY id DESC LIMIT ?";
-const SELECT_LIVE_BY_BIZ_KEY: &str =
-    concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND bizkey = ? AND status IN ", live_states!());
-/// A page of a listing: the ids come from the covering `(topic, status, id,
-/// run_at)` index, sorted by due time, and only the page's rows are read.
-const LIST_FIRST_PAGE: &str = concat!(
-    "SELECT ",
-    job_columns!(),
-    " FROM job WHERE id IN (SELECT id FROM job WHERE topic = ? AND status = ? ORDER BY run_at, id LIMIT ?) \
-     ORDER BY run_at, id"
-);
-const LIST_AFTER_CURSOR: &str = concat!(
-    "SELECT ",
-    job_columns!(),
-    " FROM job WHERE id IN (SELECT id FROM job WHERE topic = ? AND status = ? AND (run_at, id) > (?, ?) \
-     ORDER BY run_at, id LIMIT ?) ORDER BY run_at, id"
-);
-const LIVE_JOBS: &str =
-    concat!("SELECT ", job_columns!(), " FROM job WHERE status IN ", live_states!(), " AND id > ? ORDER BY id LIMIT ?");
 /// The jobs per topic and state: live states counted from the partial index of
 /// live rows (`job_live_idx`, which carries topic and state), ended states read
 /// from the counts the triggers keep. No ended row is read.
@@ -307,145 +305,3 @@ pub const COUNTS_QUERY: &str = concat!(
      UNION ALL SELECT topic, status, jobs FROM job_ended_count WHERE jobs > 0 \
      ORDER BY 1, 2"
 );
-
-#[async_trait]
-impl JobStore for SqliteStore {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn store_id(&self) -> &StoreId {
-        &self.store_id
-    }
-
-    async fn insert(&self, jobs: Vec<Job>) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        self.writer.insert(jobs).await
-    }
-
-    async fn replace(&self, job: Job) -> Result<(), StoreError> {
-        self.writer.replace(job).await
-    }
-
-    async fn record(&self, changes: Vec<StateChange>) -> Result<(), StoreError> {
-        self.writer.record(changes).await
-    }
-
-    fn journal(&self, changes: Vec<StateChange>) {
-        self.writer.journal(changes);
-    }
-
-    fn journal_backlog(&self) -> usize {
-        self.writer.journal_backlog()
-    }
-
-    fn check_journal_room(&self) -> Result<(), StoreError> {
-        self.writer.check_journal_room()
-    }
-
-    async fn flush(&self) -> Result<(), StoreError> {
-        self.writer.flush().await
-    }
-
-    async fn get(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
-        let row: Option<JobRow> =
-            sqlx::query_as(SELECT_JOB).bind(id.as_str()).fetch_optional(&self.reader).await.map_err(unavailable)?;
-        row.map(JobRow::into_job).transpose()
-    }
-
-    async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<LogEntryRow> = sqlx::query_as(SELECT_HISTORY)
-            .bind(id.as_str())
-            .bind(sql_count(limit))
-            .fetch_all(&self.reader)
-            .await
-            .map_err(unavailable)?;
-        rows.into_iter().rev().map(LogEntryRow::into_entry).collect()
-    }
-
-    async fn find_live_by_biz_key(&self, topic: &Topic, biz_key: &str) -> Result<Option<Job>, StoreError> {
-        let row: Option<JobRow> = sqlx::query_as(SELECT_LIVE_BY_BIZ_KEY)
-            .bind(topic.as_str())
-            .bind(biz_key)
-            .fetch_optional(&self.reader)
-            .await
-            .map_err(unavailable)?;
-        row.map(JobRow::into_job).transpose()
-    }
-
-    async fn list(
-        &self,
-        topic: &Topic,
-        state: JobState,
-        limit: usize,
-        cursor: Option<&ListCursor>,
-    ) -> Result<Vec<Job>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let query = match cursor {
-            None => sqlx::query_as(LIST_FIRST_PAGE).bind(topic.as_str()).bind(state.as_str()),
-            Some(cursor) => sqlx::query_as(LIST_AFTER_CURSOR)
-                .bind(topic.as_str())
-                .bind(state.as_str())
-                .bind(rows::epoch_ms(cursor.run_at))
-                .bind(cursor.id.as_str()),
-        };
-        let rows: Vec<JobRow> = query.bind(sql_count(limit)).fetch_all(&self.reader).await.map_err(unavailable)?;
-        into_jobs(rows)
-    }
-
-    async fn live_jobs(&self, after: Option<&JobId>, limit: usize) -> Result<Vec<Job>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        // Every valid id sorts after the empty string.
-        let after = after.map_or("", JobId::as_str);
-        let rows: Vec<JobRow> = sqlx::query_as(LIVE_JOBS)
-            .bind(after)
-            .bind(sql_count(limit))
-            .fetch_all(&self.reader)
-            .await
-            .map_err(unavailable)?;
-        into_jobs(rows)
-    }
-
-    async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {
-        self.writer.delete_all_live(at).await
-    }
-
-    async fn counts(&self) -> Result<Vec<StateCount>, StoreError> {
-        let rows: Vec<(String, String, i64)> =
-            sqlx::query_as(COUNTS_QUERY).fetch_all(&self.reader).await.map_err(unavailable)?;
-        let mut counts = Vec::with_capacity(rows.len());
-        for (topic, status, count) in rows {
-            counts.push(StateCount {
-                topic: Topic::parse(topic).map_err(|error| StoreError::Corrupt(format!("topic: {error}")))?,
-                state: state(&status)?,
-                count: number("count", count)?,
-            });
-        }
-        Ok(counts)
-    }
-
-    async fn purge_ended(&self, ended_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
-        self.writer.purge_ended(ended_before, limit).await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.reader).await.map_err(unavailable)?;
-        Ok(())
-    }
-
-    async fn close(&self) {
-        if let Some(retention) = &self.retention {
-            retention.stop();
-        }
-        self.writer.close().await;
-        self.checkpointer.stop();
-        self.checkpoint_pool.close().await;
-        self.reader.close().await;
-    }
-}

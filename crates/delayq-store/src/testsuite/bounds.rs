@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use delayq_common::{Job, JobState, Timestamp, Topic};
 
-use super::{change, get_ok, history_states, insert_ok, job_id, sample_job, unique_name, unique_topic, ALL_HISTORY};
+use super::{
+    change, get_ok, history_states, insert_new_jobs, insert_ok, job_id, sample_job, unique_name, unique_topic,
+    ALL_HISTORY,
+};
 use crate::store::{JobStore, StateChange};
 
 /// The end time of the jobs [`check_purge_ended`] purges: long before anything
@@ -17,7 +20,7 @@ const LONG_AGO: Timestamp = Timestamp::from_millis(400_000_000_000);
 const PURGE_CUTOFF: Timestamp = Timestamp::from_millis(400_003_600_000);
 
 /// Returns this topic's counts, sorted by state.
-async fn counts_of(store: &dyn JobStore, topic: &Topic) -> Vec<(JobState, u64)> {
+pub async fn counts_of(store: &dyn JobStore, topic: &Topic) -> Vec<(JobState, u64)> {
     let counts = store.counts().await.expect("counts");
     let mut mine: Vec<(JobState, u64)> =
         counts.into_iter().filter(|count| &count.topic == topic).map(|count| (count.state, count.count)).collect();
@@ -92,9 +95,7 @@ pub async fn check_purge_ended(store: Arc<dyn JobStore>) {
 /// The ended counts follow every way a job ends, is pushed again over its
 /// ended row, or is purged; live counts follow the live states.
 pub async fn check_counts_follow_every_change(store: Arc<dyn JobStore>) {
-    let topic = unique_topic("counts-follow");
-    let jobs: Vec<Job> = (0..5).map(|_| sample_job(&unique_name("counts-follow"), &topic)).collect();
-    assert!(store.insert(jobs.clone()).await.expect("insert").iter().all(Result::is_ok));
+    let (topic, jobs) = insert_new_jobs(&*store, "counts-follow", 5).await;
     assert_eq!(counts_of(&*store, &topic).await, [(JobState::Delay, 5)]);
 
     let now = Timestamp::now();

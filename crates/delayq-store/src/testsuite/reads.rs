@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use delayq_common::{Job, JobState, Timestamp};
 
-use super::bounds::{check_counts_follow_every_change, check_history_returns_the_newest_lines, check_purge_ended};
+use super::bounds::{
+    check_counts_follow_every_change, check_history_returns_the_newest_lines, check_purge_ended, counts_of,
+};
 use super::writes::{
     check_batch_with_refused_items, check_biz_key_unique_among_live_jobs, check_changes_of_a_job_within_one_write,
     check_concurrent_inserts_are_durable, check_duplicate_live_id_is_refused, check_ended_jobs_never_move,
@@ -15,7 +17,8 @@ use super::writes::{
     check_replace,
 };
 use super::{
-    change, get_ok, history_states, insert_ok, job_id, list_all, sample_job, unique_name, unique_topic, ALL_HISTORY,
+    change, get_ok, history_states, insert_new_jobs, insert_ok, job_id, list_all, record_moves, sample_job,
+    unique_name, unique_topic, ALL_HISTORY,
 };
 use crate::store::JobStore;
 
@@ -136,22 +139,11 @@ pub async fn check_live_jobs_pages_by_id(store: Arc<dyn JobStore>) {
 
 /// `counts` reports jobs per topic and state.
 pub async fn check_counts(store: Arc<dyn JobStore>) {
-    let topic = unique_topic("counts");
-    let jobs: Vec<Job> = (0..6).map(|_| sample_job(&unique_name("counts"), &topic)).collect();
-    let outcomes = store.insert(jobs.clone()).await.expect("insert");
-    assert!(outcomes.iter().all(Result::is_ok));
-    let now = Timestamp::now();
-    let changes = vec![
-        change(&jobs[0], JobState::Ready, now),
-        change(&jobs[1], JobState::Ready, now),
-        change(&jobs[2], JobState::Finished, now),
-    ];
-    store.record(changes).await.expect("record");
-    let counts = store.counts().await.expect("counts");
-    let mut mine: Vec<(JobState, u64)> =
-        counts.into_iter().filter(|count| count.topic == topic).map(|count| (count.state, count.count)).collect();
-    mine.sort();
-    assert_eq!(mine, [(JobState::Delay, 3), (JobState::Ready, 2), (JobState::Finished, 1)]);
+    let (topic, jobs) = insert_new_jobs(&*store, "counts", 6).await;
+    let moves = [(&jobs[0], JobState::Ready), (&jobs[1], JobState::Ready), (&jobs[2], JobState::Finished)];
+    record_moves(&*store, Timestamp::now(), &moves).await;
+    let counts = counts_of(&*store, &topic).await;
+    assert_eq!(counts, [(JobState::Delay, 3), (JobState::Ready, 2), (JobState::Finished, 1)]);
 }
 
 /// `ping` answers and empty writes are accepted.
@@ -168,17 +160,10 @@ pub async fn check_ping_and_empty_writes(store: Arc<dyn JobStore>) {
 ///
 /// Destructive for everything else in the database: run it on a database of its own.
 pub async fn check_delete_all_live(store: Arc<dyn JobStore>) {
-    let topic = unique_topic("clear");
-    let jobs: Vec<Job> = (0..4).map(|_| sample_job(&unique_name("clear"), &topic)).collect();
-    let outcomes = store.insert(jobs.clone()).await.expect("insert");
-    assert!(outcomes.iter().all(Result::is_ok));
+    let (topic, jobs) = insert_new_jobs(&*store, "clear", 4).await;
     let now = Timestamp::now();
-    let changes = vec![
-        change(&jobs[1], JobState::Ready, now),
-        change(&jobs[2], JobState::Reserved, now),
-        change(&jobs[3], JobState::Finished, now),
-    ];
-    store.record(changes).await.expect("record");
+    let moves = [(&jobs[1], JobState::Ready), (&jobs[2], JobState::Reserved), (&jobs[3], JobState::Finished)];
+    record_moves(&*store, now, &moves).await;
     let at = now.plus(Duration::from_millis(10));
     let deleted = store.delete_all_live(at).await.expect("delete_all_live");
     for job in &jobs[..3] {

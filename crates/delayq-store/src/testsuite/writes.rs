@@ -6,8 +6,8 @@ use std::time::Duration;
 use delayq_common::{Job, JobState, Timestamp};
 
 use super::{
-    assert_refused, change, get_ok, history_states, insert_ok, list_all, sample_job, unique_name, unique_topic,
-    ALL_HISTORY,
+    assert_refused, change, get_ok, history_states, insert_new_jobs, insert_ok, list_all, sample_job, unique_name,
+    unique_topic, ALL_HISTORY,
 };
 use crate::store::{JobStore, StateChange, StoreError};
 
@@ -240,11 +240,8 @@ pub async fn check_replace(store: Arc<dyn JobStore>) {
 
 /// Recorded changes update the row and append history lines in order.
 pub async fn check_record_and_history_in_order(store: Arc<dyn JobStore>) {
-    let topic = unique_topic("record");
-    let job = sample_job(&unique_name("record"), &topic);
-    let sibling = sample_job(&unique_name("record-sibling"), &topic);
-    insert_ok(&*store, &job).await;
-    insert_ok(&*store, &sibling).await;
+    let (topic, jobs) = insert_new_jobs(&*store, "record", 2).await;
+    let (job, sibling) = (&jobs[0], &jobs[1]);
     let base = job.updated_at;
     let at = |offset_ms: u64| base.plus(Duration::from_millis(offset_ms));
     let nacked_run_at = at(60_000);
@@ -267,7 +264,7 @@ pub async fn check_record_and_history_in_order(store: Arc<dyn JobStore>) {
         store.record(vec![step.clone()]).await.expect("record");
     }
     let finish = StateChange { result: Some("done".into()), ..step(JobState::Finished, 2, nacked_run_at, 60) };
-    let sibling_ready = change(&sibling, JobState::Ready, at(60));
+    let sibling_ready = change(sibling, JobState::Ready, at(60));
     let unknown = change(&sample_job(&unique_name("record-unknown"), &topic), JobState::Ready, at(60));
     store.record(vec![finish, sibling_ready, unknown.clone()]).await.expect("a change of an unknown job is ignored");
 
@@ -299,9 +296,9 @@ pub async fn check_record_and_history_in_order(store: Arc<dyn JobStore>) {
     let other = sample_job(&unique_name("record-other"), &topic);
     insert_ok(&*store, &other).await;
     let twice = vec![
-        change(&sibling, JobState::Reserved, at(70)),
+        change(sibling, JobState::Reserved, at(70)),
         change(&other, JobState::Ready, at(70)),
-        StateChange { result: Some("twice".into()), ..change(&sibling, JobState::Finished, at(80)) },
+        StateChange { result: Some("twice".into()), ..change(sibling, JobState::Finished, at(80)) },
         change(&other, JobState::Reserved, at(80)),
     ];
     store.record(twice).await.expect("record");
@@ -336,20 +333,17 @@ pub async fn check_ended_jobs_never_move(store: Arc<dyn JobStore>) {
 /// or in a batch, while the history still records it. A later attempt and an
 /// ending state always apply.
 pub async fn check_live_jobs_never_go_back(store: Arc<dyn JobStore>) {
-    let topic = unique_topic("forward");
-    let job = sample_job(&unique_name("forward"), &topic);
-    let other = sample_job(&unique_name("forward-other"), &topic);
-    insert_ok(&*store, &job).await;
-    insert_ok(&*store, &other).await;
+    let (_, jobs) = insert_new_jobs(&*store, "forward", 2).await;
+    let (job, other) = (&jobs[0], &jobs[1]);
     let at = Timestamp::now();
     let later = |ms| at.plus(Duration::from_millis(ms));
     store
-        .record(vec![change(&job, JobState::Reserved, at), change(&other, JobState::Reserved, at)])
+        .record(vec![change(job, JobState::Reserved, at), change(other, JobState::Reserved, at)])
         .await
         .expect("record");
     // Late `ready` entries of the same attempt: one alone, then two in one batch.
-    store.record(vec![change(&job, JobState::Ready, later(1))]).await.expect("record");
-    store.journal(vec![change(&job, JobState::Delay, later(2)), change(&other, JobState::Ready, later(2))]);
+    store.record(vec![change(job, JobState::Ready, later(1))]).await.expect("record");
+    store.journal(vec![change(job, JobState::Delay, later(2)), change(other, JobState::Ready, later(2))]);
     store.flush().await.expect("flush");
     for id in [&job.id, &other.id] {
         let stored = get_ok(&*store, id).await;
@@ -359,9 +353,9 @@ pub async fn check_live_jobs_never_go_back(store: Arc<dyn JobStore>) {
     assert_eq!(history_states(&*store, &job.id).await, [&late[..], &[JobState::Delay]].concat());
     assert_eq!(history_states(&*store, &other.id).await, late);
     // A redelivery (the next attempt) moves it to ready; an ending state always applies.
-    let mut redelivered = change(&job, JobState::Ready, later(3));
+    let mut redelivered = change(job, JobState::Ready, later(3));
     redelivered.attempt = job.attempt + 1;
-    store.record(vec![redelivered, change(&other, JobState::Finished, later(3))]).await.expect("record");
+    store.record(vec![redelivered, change(other, JobState::Finished, later(3))]).await.expect("record");
     let stored = get_ok(&*store, &job.id).await;
     assert_eq!((stored.state, stored.attempt), (JobState::Ready, job.attempt + 1));
     assert_eq!(get_ok(&*store, &other.id).await.state, JobState::Finished);

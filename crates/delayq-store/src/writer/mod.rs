@@ -72,8 +72,11 @@ use delayq_common::{Job, JobId, JobState, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use self::task::{InsertOutcomes, Reply, Write, WriterTask};
+use self::task::{Reply, Write, WriterTask};
 use crate::store::{BoxError, StateChange, StoreError};
+
+/// The outcome of each job of an insert: written, or refused on its own.
+pub(crate) type InsertOutcomes = Vec<Result<(), StoreError>>;
 
 /// One row of `job_log`; the dialect adds its node and host.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,6 +91,11 @@ impl LogRow {
     /// The line of `job` as it was just written.
     pub(crate) fn of(job: &Job) -> LogRow {
         LogRow { job_id: job.id.clone(), state: job.state, attempt: job.attempt, at: job.updated_at }
+    }
+
+    /// The line of `change`, once applied.
+    pub(crate) fn of_change(change: &StateChange) -> LogRow {
+        LogRow { job_id: change.id.clone(), state: change.state, attempt: change.attempt, at: change.at }
     }
 }
 
@@ -106,15 +114,32 @@ pub(crate) fn written_lines<'j, D: BatchDialect + ?Sized>(
         .map(|(job, _)| LogRow::of(job))
 }
 
+/// A run of state changes collapsed into one per job (see [`collapse`]).
+pub(crate) struct Collapsed<'c> {
+    /// The change that decides each job's row, in order of each job's first change.
+    pub(crate) decisive: Vec<&'c StateChange>,
+    /// For each change of the run, the index of its job's decisive change, or
+    /// `None` when an earlier change of the job ended it: such a change never applies.
+    slots: Vec<Option<usize>>,
+}
+
+impl Collapsed<'_> {
+    /// Returns whether each change of the run applied, given whether the
+    /// decisive change of a job (by id) did: every change but those after an
+    /// ending one applies exactly when its job was live.
+    pub(crate) fn applied(&self, decisive_applied: impl Fn(&str) -> bool) -> Vec<bool> {
+        let applied = |slot: &Option<usize>| {
+            slot.and_then(|index| self.decisive.get(index)).is_some_and(|change| decisive_applied(change.id.as_str()))
+        };
+        self.slots.iter().map(applied).collect()
+    }
+}
+
 /// Collapses a run of state changes into one per job: the change that leaves the
 /// row as applying them one by one would ([`moves_forward`]): the first ending
 /// change of the job if it has one, else its most advanced live change (a later
-/// attempt, else a later state; the later change on a tie). Returns those, in
-/// order of each job's first change, and for each change of `changes` the index
-/// of its job's decisive change, or `None` when an earlier change of the job
-/// ended it: such a change never applies. Every other change applies exactly
-/// when its job was live, which is what the decisive change's update reports.
-pub(crate) fn collapse<'c>(changes: &[&'c StateChange]) -> (Vec<&'c StateChange>, Vec<Option<usize>>) {
+/// attempt, else a later state; the later change on a tie).
+pub(crate) fn collapse<'c>(changes: &[&'c StateChange]) -> Collapsed<'c> {
     /// Where a job's decisive change is, and whether that change ends the job.
     struct Decided {
         index: usize,
@@ -151,7 +176,7 @@ pub(crate) fn collapse<'c>(changes: &[&'c StateChange]) -> (Vec<&'c StateChange>
             }
         }
     }
-    (decisive, slots)
+    Collapsed { decisive, slots }
 }
 
 /// The statements of one SQL dialect, each run inside the batch transaction.
@@ -163,8 +188,8 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// An open transaction on the write connection; dropping it rolls back.
     type Tx: Send;
 
-    /// Returns the backend name used in [`StoreError::Unavailable`].
-    fn backend(&self) -> &'static str;
+    /// The backend name used in [`StoreError::Unavailable`], logs and metrics.
+    const BACKEND: &'static str;
 
     /// Starts a write transaction.
     async fn begin(&self) -> Result<Self::Tx, BoxError>;
@@ -176,7 +201,7 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
 
     /// Inserts `jobs` in order, each judged as by [`BatchDialect::insert_job`]
     /// (one outcome per job); a dialect may write them in fewer statements.
-    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+    async fn insert_jobs(&self, tx: &mut Self::Tx, jobs: &[&Job]) -> Result<InsertOutcomes, BoxError> {
         let mut outcomes = Vec::with_capacity(jobs.len());
         for job in jobs {
             outcomes.push(self.insert_job(tx, job).await?);
@@ -228,11 +253,7 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// Inserts `jobs` as [`BatchDialect::insert_jobs`] does and commits: the
     /// whole transaction of a batch of nothing but pushes. A dialect may send
     /// it in one round trip.
-    async fn insert_jobs_and_commit(
-        &self,
-        mut tx: Self::Tx,
-        jobs: &[&Job],
-    ) -> Result<Vec<Result<(), StoreError>>, BoxError> {
+    async fn insert_jobs_and_commit(&self, mut tx: Self::Tx, jobs: &[&Job]) -> Result<InsertOutcomes, BoxError> {
         let outcomes = self.insert_jobs(&mut tx, jobs).await?;
         let log: Vec<LogRow> = written_lines(self, jobs, &outcomes).collect();
         self.commit(tx, &log).await?;
@@ -265,7 +286,7 @@ impl GroupCommitWriter {
         let (sender, receiver) = mpsc::unbounded_channel();
         let commits = Arc::new(AtomicU64::new(0));
         let journal_backlog = Arc::new(AtomicUsize::new(0));
-        let backend = dialect.backend();
+        let backend = D::BACKEND;
         let task = WriterTask {
             dialect,
             receiver,

@@ -13,7 +13,7 @@ use tracing::{debug, error, warn};
 
 use super::hold::Held;
 use super::reply::{answer, fail, SharedError};
-use super::{written_lines, BatchDialect, LogRow};
+use super::{written_lines, BatchDialect, InsertOutcomes, LogRow};
 use crate::metrics;
 use crate::store::{BoxError, StateChange, StoreError};
 
@@ -35,7 +35,6 @@ const RETRYABLE_ATTEMPTS: u32 = 8;
 const RETRYABLE_PAUSE_MAX: Duration = Duration::from_millis(32);
 
 pub(super) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
-pub(super) type InsertOutcomes = Vec<Result<(), StoreError>>;
 
 /// One queued write and the caller waiting for it.
 pub(super) enum Write {
@@ -213,7 +212,7 @@ impl<D: BatchDialect> WriterTask<D> {
                 Err(error) if self.dialect.is_retryable(error) => {
                     let pause = retry_pause(attempt);
                     debug!(
-                        backend = self.dialect.backend(),
+                        backend = D::BACKEND,
                         cause = %error,
                         pause_us = pause.as_micros() as u64,
                         "store batch rolled back, running it again"
@@ -229,7 +228,7 @@ impl<D: BatchDialect> WriterTask<D> {
                 if writes.iter().any(Write::touches_database) {
                     self.commits.fetch_add(1, Ordering::Relaxed);
                     let rows = writes.iter().filter(|write| write.touches_database()).map(Write::rows).sum();
-                    metrics::record_commit(self.dialect.backend(), rows, started.elapsed());
+                    metrics::record_commit(D::BACKEND, rows, started.elapsed());
                 }
                 let journaled: usize = writes.iter().map(Write::journaled).sum();
                 self.journal_backlog.fetch_sub(journaled, Ordering::Relaxed);
@@ -237,7 +236,7 @@ impl<D: BatchDialect> WriterTask<D> {
                 Vec::new()
             }
             Err(source) => {
-                let backend = self.dialect.backend();
+                let backend = D::BACKEND;
                 warn!(backend, writes = writes.len(), cause = %source, "store batch failed");
                 fail(writes, backend, SharedError(Arc::from(source)))
             }
@@ -258,7 +257,7 @@ impl<D: BatchDialect> WriterTask<D> {
         let dropped: usize = retained.iter().map(Write::rows).sum();
         self.journal_backlog.fetch_sub(retained.iter().map(Write::journaled).sum(), Ordering::Relaxed);
         if dropped > 0 {
-            error!(backend = self.dialect.backend(), dropped, "journal entries lost at close");
+            error!(backend = D::BACKEND, dropped, "journal entries lost at close");
         }
     }
 
@@ -276,8 +275,7 @@ impl<D: BatchDialect> WriterTask<D> {
             let results = dialect.insert_jobs_and_commit(tx, &jobs).await?;
             return split_outcomes(&per_write, results);
         }
-        let mut tx = tx;
-        let mut log = Vec::new();
+        let mut transaction = Transaction { dialect, tx, log: Vec::new() };
         let mut outcomes = Vec::with_capacity(writes.len());
         let mut rest = writes;
         while let Some((write, after)) = rest.split_first() {
@@ -289,11 +287,10 @@ impl<D: BatchDialect> WriterTask<D> {
                     let run = rest.iter().take_while(|next| matches!(next, Write::Insert { .. })).count();
                     let (more, after_run) = rest.split_at(run);
                     rest = after_run;
-                    let inserts = std::iter::once(write).chain(more);
-                    outcomes.extend(insert_jobs(dialect, &mut tx, inserts, &mut log).await?);
+                    outcomes.extend(transaction.insert_jobs(std::iter::once(write).chain(more)).await?);
                     continue;
                 }
-                Write::Replace { job, .. } => Outcome::Replaced(replace_job(dialect, &mut tx, job, &mut log).await?),
+                Write::Replace { job, .. } => Outcome::Replaced(transaction.replace_job(job).await?),
                 Write::Record { .. } => {
                     // Consecutive state changes (many callers' and the journal's)
                     // go to the dialect together, in order.
@@ -301,27 +298,19 @@ impl<D: BatchDialect> WriterTask<D> {
                     let (more, after_run) = rest.split_at(run);
                     rest = after_run;
                     let records: Vec<&Write> = std::iter::once(write).chain(more).collect();
-                    change_states(dialect, &mut tx, &records, &mut log).await?;
+                    transaction.change_states(&records).await?;
                     outcomes.extend(records.iter().map(|_| Outcome::Done));
                     continue;
                 }
-                Write::DeleteAllLive { at, .. } => {
-                    Outcome::Deleted(delete_all_live(dialect, &mut tx, *at, &mut log).await?)
-                }
+                Write::DeleteAllLive { at, .. } => Outcome::Deleted(transaction.delete_all_live(*at).await?),
                 Write::Purge { ended_before, limit, .. } => {
-                    // The lines gathered so far go in first: should one concern
-                    // a job this purge deletes, it goes with it.
-                    if !log.is_empty() {
-                        dialect.append_log(&mut tx, &log).await?;
-                        log.clear();
-                    }
-                    Outcome::Purged(dialect.purge_ended(&mut tx, *ended_before, *limit).await?)
+                    Outcome::Purged(transaction.purge_ended(*ended_before, *limit).await?)
                 }
                 Write::Flush { .. } | Write::Close { .. } => Outcome::Done,
             };
             outcomes.push(outcome);
         }
-        dialect.commit(tx, &log).await?;
+        transaction.commit().await?;
         Ok(outcomes)
     }
 }
@@ -336,41 +325,103 @@ fn retry_pause(attempt: u32) -> Duration {
     Duration::from_micros(random % ceiling_us)
 }
 
-/// Inserts the jobs of consecutive insert writes in one dialect call; returns
-/// one [`Outcome::Inserted`] per write.
-async fn insert_jobs<'w, D: BatchDialect>(
-    dialect: &D,
-    tx: &mut D::Tx,
-    inserts: impl Iterator<Item = &'w Write>,
-    log: &mut Vec<LogRow>,
-) -> Result<Vec<Outcome>, BoxError> {
-    let per_write = inserted_jobs(inserts);
-    let jobs: Vec<&Job> = per_write.iter().flat_map(|jobs| jobs.iter()).collect();
-    log_earlier_lines_first(dialect, tx, &jobs, log).await?;
-    let results = dialect.insert_jobs(tx, &jobs).await?;
-    log.extend(written_lines(dialect, &jobs, &results));
-    split_outcomes(&per_write, results)
+/// The transaction of one batch, and the history lines its writes gather
+/// for the commit.
+struct Transaction<'d, D: BatchDialect> {
+    dialect: &'d D,
+    tx: D::Tx,
+    log: Vec<LogRow>,
 }
 
-/// Before `jobs` are written: a dialect that writes their history lines itself
-/// ([`BatchDialect::logs_written_jobs`]) puts them ahead of the lines gathered so
-/// far, so those go first should they concern the same ids (an ended job's last
-/// line before the line of its id's new job, or of its replacement).
-async fn log_earlier_lines_first<D: BatchDialect>(
-    dialect: &D,
-    tx: &mut D::Tx,
-    jobs: &[&Job],
-    log: &mut Vec<LogRow>,
-) -> Result<(), BoxError> {
-    if !dialect.logs_written_jobs() || log.is_empty() {
-        return Ok(());
+impl<D: BatchDialect> Transaction<'_, D> {
+    /// Inserts the jobs of consecutive insert writes in one dialect call;
+    /// returns one [`Outcome::Inserted`] per write.
+    async fn insert_jobs<'w>(&mut self, inserts: impl Iterator<Item = &'w Write>) -> Result<Vec<Outcome>, BoxError> {
+        let per_write = inserted_jobs(inserts);
+        let jobs: Vec<&Job> = per_write.iter().flat_map(|jobs| jobs.iter()).collect();
+        self.log_earlier_lines_first(&jobs).await?;
+        let results = self.dialect.insert_jobs(&mut self.tx, &jobs).await?;
+        self.log.extend(written_lines(self.dialect, &jobs, &results));
+        split_outcomes(&per_write, results)
     }
-    let ids: HashSet<&JobId> = jobs.iter().map(|job| &job.id).collect();
-    if log.iter().any(|row| ids.contains(&row.job_id)) {
-        dialect.append_log(tx, log).await?;
-        log.clear();
+
+    async fn replace_job(&mut self, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
+        self.log_earlier_lines_first(&[job]).await?;
+        let outcome = self.dialect.replace_job(&mut self.tx, job).await?;
+        self.log.extend(written_lines(self.dialect, &[job], std::slice::from_ref(&outcome)));
+        Ok(outcome)
     }
-    Ok(())
+
+    /// Before `jobs` are written: a dialect that writes their history lines
+    /// itself ([`BatchDialect::logs_written_jobs`]) puts them ahead of the lines
+    /// gathered so far, so those go first should they concern the same ids (an
+    /// ended job's last line before the line of its id's new job, or of its
+    /// replacement).
+    async fn log_earlier_lines_first(&mut self, jobs: &[&Job]) -> Result<(), BoxError> {
+        if !self.dialect.logs_written_jobs() || self.log.is_empty() {
+            return Ok(());
+        }
+        let ids: HashSet<&JobId> = jobs.iter().map(|job| &job.id).collect();
+        if self.log.iter().any(|row| ids.contains(&row.job_id)) {
+            self.write_gathered_lines().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the history lines gathered so far.
+    async fn write_gathered_lines(&mut self) -> Result<(), BoxError> {
+        self.dialect.append_log(&mut self.tx, &self.log).await?;
+        self.log.clear();
+        Ok(())
+    }
+
+    /// Applies the changes of consecutive record writes in one dialect call
+    /// and logs each that applied.
+    async fn change_states(&mut self, records: &[&Write]) -> Result<(), BoxError> {
+        let changes: Vec<&StateChange> = records
+            .iter()
+            .flat_map(|write| match write {
+                Write::Record { changes, .. } => changes.as_slice(),
+                _ => &[],
+            })
+            .collect();
+        let applied = self.dialect.change_states(&mut self.tx, &changes).await?;
+        if applied.len() != changes.len() {
+            return Err(format!("{} outcomes for {} state changes", applied.len(), changes.len()).into());
+        }
+        for (change, applied) in changes.into_iter().zip(applied) {
+            if applied {
+                self.log.push(LogRow::of_change(change));
+            } else {
+                debug!(job_id = %change.id, state = %change.state, "state change for an unknown or ended job ignored");
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_all_live(&mut self, at: Timestamp) -> Result<Vec<JobId>, BoxError> {
+        let deleted = self.dialect.delete_all_live(&mut self.tx, at).await?;
+        let mut ids = Vec::with_capacity(deleted.len());
+        for (job_id, attempt) in deleted {
+            self.log.push(LogRow { job_id: job_id.clone(), state: JobState::Deleted, attempt, at });
+            ids.push(job_id);
+        }
+        Ok(ids)
+    }
+
+    async fn purge_ended(&mut self, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError> {
+        // The lines gathered so far go in first: should one concern a job this
+        // purge deletes, it goes with it.
+        if !self.log.is_empty() {
+            self.write_gathered_lines().await?;
+        }
+        self.dialect.purge_ended(&mut self.tx, ended_before, limit).await
+    }
+
+    /// Writes the gathered history lines and commits.
+    async fn commit(self) -> Result<(), BoxError> {
+        self.dialect.commit(self.tx, &self.log).await
+    }
 }
 
 /// The jobs of each insert write, in order.
@@ -391,62 +442,6 @@ fn split_outcomes(per_write: &[&[Job]], results: InsertOutcomes) -> Result<Vec<O
     }
     let mut results = results.into_iter();
     Ok(per_write.iter().map(|jobs| Outcome::Inserted(results.by_ref().take(jobs.len()).collect())).collect())
-}
-
-async fn replace_job<D: BatchDialect>(
-    dialect: &D,
-    tx: &mut D::Tx,
-    job: &Job,
-    log: &mut Vec<LogRow>,
-) -> Result<Result<(), StoreError>, BoxError> {
-    log_earlier_lines_first(dialect, tx, &[job], log).await?;
-    let outcome = dialect.replace_job(tx, job).await?;
-    log.extend(written_lines(dialect, &[job], std::slice::from_ref(&outcome)));
-    Ok(outcome)
-}
-
-/// Applies the changes of consecutive record writes in one dialect call and
-/// logs each that applied.
-async fn change_states<D: BatchDialect>(
-    dialect: &D,
-    tx: &mut D::Tx,
-    records: &[&Write],
-    log: &mut Vec<LogRow>,
-) -> Result<(), BoxError> {
-    let changes: Vec<&StateChange> = records
-        .iter()
-        .flat_map(|write| match write {
-            Write::Record { changes, .. } => changes.as_slice(),
-            _ => &[],
-        })
-        .collect();
-    let applied = dialect.change_states(tx, &changes).await?;
-    if applied.len() != changes.len() {
-        return Err(format!("{} outcomes for {} state changes", applied.len(), changes.len()).into());
-    }
-    for (change, applied) in changes.into_iter().zip(applied) {
-        if applied {
-            log.push(LogRow { job_id: change.id.clone(), state: change.state, attempt: change.attempt, at: change.at });
-        } else {
-            debug!(job_id = %change.id, state = %change.state, "state change for an unknown or ended job ignored");
-        }
-    }
-    Ok(())
-}
-
-async fn delete_all_live<D: BatchDialect>(
-    dialect: &D,
-    tx: &mut D::Tx,
-    at: Timestamp,
-    log: &mut Vec<LogRow>,
-) -> Result<Vec<JobId>, BoxError> {
-    let deleted = dialect.delete_all_live(tx, at).await?;
-    let mut ids = Vec::with_capacity(deleted.len());
-    for (job_id, attempt) in deleted {
-        log.push(LogRow { job_id: job_id.clone(), state: JobState::Deleted, attempt, at });
-        ids.push(job_id);
-    }
-    Ok(ids)
 }
 
 #[cfg(test)]

@@ -1,0 +1,178 @@
+//! What the two SQL stores share: the one [`JobStore`] implementation over
+//! the group-commit writer and a [`Reads`], the mapping of rows and the
+//! binding of values. What differs between the dialects is their SQL (and
+//! what each backend adds: SQLite's checkpoints, MySQL's statement deadline).
+//!
+//! Layout: `rows` maps rows to jobs, `binds` binds jobs, state changes and
+//! history lines to statements, `reads` holds the reads.
+
+pub(crate) mod binds;
+pub(crate) mod reads;
+pub(crate) mod rows;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+
+use self::reads::{JobsRead, Reads};
+use crate::identity::StoreId;
+use crate::options::StoreOptions;
+use crate::retention::RetentionTask;
+use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
+use crate::writer::{BatchDialect, GroupCommitWriter, InsertOutcomes};
+
+/// The parts of a store over SQL: its identity, its reads, the writer and the
+/// retention task.
+pub(crate) struct SqlStore {
+    backend: &'static str,
+    store_id: StoreId,
+    reads: Box<dyn Reads>,
+    writer: GroupCommitWriter,
+    retention: Option<RetentionTask>,
+}
+
+impl SqlStore {
+    /// Starts the writer over `dialect` with the journal bound of `options`,
+    /// and the retention task when they ask for one.
+    pub(crate) fn start<D: BatchDialect>(
+        store_id: StoreId,
+        reads: impl Reads,
+        dialect: D,
+        options: &StoreOptions,
+    ) -> SqlStore {
+        let writer = GroupCommitWriter::spawn(dialect, options.journal_max);
+        let retention = RetentionTask::spawn(writer.clone(), options.retention, options.purge_interval);
+        SqlStore { backend: D::BACKEND, store_id, reads: Box::new(reads), writer, retention }
+    }
+
+    /// Returns how many transactions the writer has committed.
+    pub(crate) fn commits(&self) -> u64 {
+        self.writer.commits()
+    }
+
+    /// Returns the counter behind [`SqlStore::commits`], for a task that follows it.
+    pub(crate) fn commit_counter(&self) -> Arc<AtomicU64> {
+        self.writer.commit_counter()
+    }
+}
+
+/// A store made of a [`SqlStore`] and what its backend adds; it is a
+/// [`JobStore`] through the implementation below.
+#[async_trait]
+pub(crate) trait OverSql: Send + Sync + 'static {
+    /// Returns the shared parts.
+    fn sql(&self) -> &SqlStore;
+
+    /// Closes what the backend adds, after the shared parts.
+    async fn close_own(&self);
+}
+
+#[async_trait]
+impl<S: OverSql> JobStore for S {
+    fn backend(&self) -> &'static str {
+        self.sql().backend
+    }
+
+    fn store_id(&self) -> &StoreId {
+        &self.sql().store_id
+    }
+
+    async fn insert(&self, jobs: Vec<Job>) -> Result<InsertOutcomes, StoreError> {
+        self.sql().writer.insert(jobs).await
+    }
+
+    async fn replace(&self, job: Job) -> Result<(), StoreError> {
+        self.sql().writer.replace(job).await
+    }
+
+    async fn record(&self, changes: Vec<StateChange>) -> Result<(), StoreError> {
+        self.sql().writer.record(changes).await
+    }
+
+    fn journal(&self, changes: Vec<StateChange>) {
+        self.sql().writer.journal(changes);
+    }
+
+    fn journal_backlog(&self) -> usize {
+        self.sql().writer.journal_backlog()
+    }
+
+    fn check_journal_room(&self) -> Result<(), StoreError> {
+        self.sql().writer.check_journal_room()
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.sql().writer.flush().await
+    }
+
+    async fn get(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
+        let jobs = self.sql().reads.jobs(JobsRead::Id(id)).await?;
+        Ok(jobs.into_iter().next())
+    }
+
+    async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.sql().reads.history(id, limit).await
+    }
+
+    async fn find_live_by_biz_key(&self, topic: &Topic, biz_key: &str) -> Result<Option<Job>, StoreError> {
+        let jobs = self.sql().reads.jobs(JobsRead::LiveByBizKey(topic, biz_key)).await?;
+        Ok(jobs.into_iter().next())
+    }
+
+    async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        cursor: Option<&ListCursor>,
+    ) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.sql().reads.jobs(JobsRead::Page { topic, state, limit, cursor }).await
+    }
+
+    async fn live_jobs(&self, after: Option<&JobId>, limit: usize) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.sql().reads.jobs(JobsRead::Live { after, limit }).await
+    }
+
+    async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {
+        self.sql().writer.delete_all_live(at).await
+    }
+
+    async fn counts(&self) -> Result<Vec<StateCount>, StoreError> {
+        self.sql().reads.counts().await
+    }
+
+    async fn purge_ended(&self, ended_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
+        self.sql().writer.purge_ended(ended_before, limit).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.sql().reads.ping().await
+    }
+
+    async fn close(&self) {
+        let sql = self.sql();
+        if let Some(retention) = &sql.retention {
+            retention.stop();
+        }
+        sql.writer.close().await;
+        sql.reads.close().await;
+        self.close_own().await;
+    }
+}
+
+/// Whether a statement failed on a unique index (an id or a business key
+/// held by a live job).
+pub(crate) fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error.as_database_error().is_some_and(|database| database.is_unique_violation())
+}

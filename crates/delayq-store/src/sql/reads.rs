@@ -1,0 +1,257 @@
+//! The reads both SQL stores make (a job, its history, listings, pages of
+//! live jobs, the counts, the store id), on a pool of either database; each
+//! dialect gives its own statements.
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use delayq_common::{Job, JobId, JobState, Topic};
+use sqlx::query::Query;
+use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
+
+use super::binds::Bind;
+use super::rows::{epoch_ms, into_jobs, sql_count, state_count, JobRow, LogEntryRow, Text};
+use crate::identity::{StoreId, STORE_ID_KEY};
+use crate::store::{ListCursor, LogEntry, StateCount, StoreError};
+
+/// The read statements of one dialect, each with the values it takes.
+pub(crate) struct ReadStatements {
+    /// A job by id: the id.
+    pub(crate) job: &'static str,
+    /// The newest lines of a job's history, newest first: the id, the limit.
+    pub(crate) history: &'static str,
+    /// The live job of a topic with a business key: the topic, the key.
+    pub(crate) live_by_biz_key: &'static str,
+    /// The first page of a topic's jobs in a state, by due time and id: the
+    /// topic, the state, the limit.
+    pub(crate) list_first_page: &'static str,
+    /// A later page: the topic, the state, the cursor (see `cursor_form`), the limit.
+    pub(crate) list_after_cursor: &'static str,
+    /// How `list_after_cursor` compares the cursor with a row.
+    pub(crate) cursor_form: CursorForm,
+    /// Live jobs after an id, by id: the id, the limit.
+    pub(crate) live_jobs: &'static str,
+    /// The jobs per topic and state, as rows of topic, state and count.
+    pub(crate) counts: &'static str,
+    /// Records a store id unless the database holds one: the key, the id.
+    pub(crate) insert_store_id: &'static str,
+}
+
+/// How a page after a cursor compares the cursor with a row.
+pub(crate) enum CursorForm {
+    /// `(run_at, id) > (?, ?)`: the due time, then the id.
+    RowValue,
+    /// `run_at > ? OR (run_at = ? AND id > ?)`: the due time twice, then the id.
+    Expanded,
+}
+
+/// The store id a database holds: the key.
+const SELECT_STORE_ID: &str = "SELECT meta_value FROM store_meta WHERE meta_key = ?";
+
+/// Which jobs a read returns.
+pub(crate) enum JobsRead<'a> {
+    /// The job with this id.
+    Id(&'a JobId),
+    /// The live job of a topic with this business key.
+    LiveByBizKey(&'a Topic, &'a str),
+    /// Up to `limit` jobs of a topic in a state, by due time and id, after `cursor`.
+    Page { topic: &'a Topic, state: JobState, limit: usize, cursor: Option<&'a ListCursor> },
+    /// Up to `limit` live jobs by id, after `after`.
+    Live { after: Option<&'a JobId>, limit: usize },
+}
+
+/// A value bound to a read.
+#[derive(Clone, Copy, Debug)]
+enum Param<'a> {
+    Text(&'a str),
+    Integer(i64),
+}
+
+impl<'a> Param<'a> {
+    fn bind<B: Bind<'a>>(self, query: B) -> B {
+        match self {
+            Param::Text(text) => query.text(text),
+            Param::Integer(integer) => query.integer(integer),
+        }
+    }
+}
+
+impl ReadStatements {
+    /// Returns the statement of `read` and the values it takes.
+    fn jobs<'a>(&self, read: JobsRead<'a>) -> (&'static str, Vec<Param<'a>>) {
+        match read {
+            JobsRead::Id(id) => (self.job, vec![Param::Text(id.as_str())]),
+            JobsRead::LiveByBizKey(topic, biz_key) => {
+                (self.live_by_biz_key, vec![Param::Text(topic.as_str()), Param::Text(biz_key)])
+            }
+            JobsRead::Page { topic, state, limit, cursor } => {
+                let mut params = vec![Param::Text(topic.as_str()), Param::Text(state.as_str())];
+                let sql = match cursor {
+                    None => self.list_first_page,
+                    Some(cursor) => {
+                        let run_at = Param::Integer(epoch_ms(cursor.run_at));
+                        if let CursorForm::Expanded = self.cursor_form {
+                            params.push(run_at);
+                        }
+                        params.extend([run_at, Param::Text(cursor.id.as_str())]);
+                        self.list_after_cursor
+                    }
+                };
+                params.push(Param::Integer(sql_count(limit)));
+                (sql, params)
+            }
+            JobsRead::Live { after, limit } => {
+                // Every valid id sorts after the empty string.
+                let after = after.map_or("", JobId::as_str);
+                (self.live_jobs, vec![Param::Text(after), Param::Integer(sql_count(limit))])
+            }
+        }
+    }
+}
+
+/// How long a statement may take before it is given up (a hung or
+/// unreachable server must not stall the store forever).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline {
+    /// The longest a statement may take.
+    pub(crate) limit: Duration,
+    /// What a statement that took longer fails with, as an I/O timeout.
+    pub(crate) message: &'static str,
+}
+
+impl Deadline {
+    /// Runs `statement`, failing it as an I/O timeout after the limit.
+    pub(crate) async fn run<T>(
+        self,
+        statement: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, sqlx::Error> {
+        let timed_out = || sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, self.message));
+        tokio::time::timeout(self.limit, statement).await.unwrap_or_else(|_| Err(timed_out()))
+    }
+}
+
+/// The reads of a store; the shared [`JobStore`](crate::JobStore) makes them.
+#[async_trait]
+pub(crate) trait Reads: Send + Sync + 'static {
+    /// Returns the jobs `read` selects, in its order.
+    async fn jobs(&self, read: JobsRead<'_>) -> Result<Vec<Job>, StoreError>;
+
+    /// Returns the newest `limit` lines of a job's history, oldest first.
+    async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError>;
+
+    /// Counts jobs per topic and state.
+    async fn counts(&self) -> Result<Vec<StateCount>, StoreError>;
+
+    /// Checks that the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Records a new store id unless the database holds one, and returns the
+    /// one it holds: stores opening the database at once all read the first
+    /// writer's.
+    async fn store_id(&self) -> Result<StoreId, StoreError>;
+
+    /// Closes the connections.
+    async fn close(&self);
+}
+
+/// [`Reads`] on a pool of `DB`.
+pub(crate) struct Reader<DB: Database> {
+    pool: Pool<DB>,
+    backend: &'static str,
+    statements: &'static ReadStatements,
+    /// The deadline of every read; none where the driver bounds a statement itself.
+    deadline: Option<Deadline>,
+}
+
+impl<DB: Database> Reader<DB> {
+    /// Reads through `pool` with `statements`; failures name `backend`.
+    pub(crate) fn new(
+        pool: Pool<DB>,
+        backend: &'static str,
+        statements: &'static ReadStatements,
+        deadline: Option<Deadline>,
+    ) -> Reader<DB> {
+        Reader { pool, backend, statements, deadline }
+    }
+}
+
+impl<DB> Reader<DB>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> Query<'q, DB, DB::Arguments<'q>>: Bind<'q>,
+{
+    /// Returns the rows `sql` selects with `params`, decoded.
+    async fn fetch<O>(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<O>, StoreError>
+    where
+        O: for<'r> FromRow<'r, DB::Row> + Send + Unpin,
+    {
+        let query = params.iter().fold(sqlx::query(sql), |query, param| param.bind(query));
+        self.run(query.try_map(|row: DB::Row| O::from_row(&row)).fetch_all(&self.pool)).await
+    }
+
+    /// Runs `sql` with `params`, ignoring what it returns.
+    async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<(), StoreError> {
+        let query = params.iter().fold(sqlx::query(sql), |query, param| param.bind(query));
+        self.run(query.execute(&self.pool)).await.map(drop)
+    }
+
+    /// Awaits `statement` within the deadline; a failure makes the store unavailable.
+    async fn run<T>(&self, statement: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T, StoreError> {
+        let outcome = match self.deadline {
+            Some(deadline) => deadline.run(statement).await,
+            None => statement.await,
+        };
+        outcome.map_err(|error| StoreError::Unavailable { backend: self.backend, source: Box::new(error) })
+    }
+}
+
+#[async_trait]
+impl<DB> Reads for Reader<DB>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> Query<'q, DB, DB::Arguments<'q>>: Bind<'q>,
+    for<'r> JobRow: FromRow<'r, DB::Row>,
+    for<'r> LogEntryRow: FromRow<'r, DB::Row>,
+    for<'r> (Text, Text, i64): FromRow<'r, DB::Row>,
+    for<'r> (Text,): FromRow<'r, DB::Row>,
+{
+    async fn jobs(&self, read: JobsRead<'_>) -> Result<Vec<Job>, StoreError> {
+        let (sql, params) = self.statements.jobs(read);
+        into_jobs(self.fetch(sql, &params).await?)
+    }
+
+    async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
+        let params = [Param::Text(id.as_str()), Param::Integer(sql_count(limit))];
+        let rows: Vec<LogEntryRow> = self.fetch(self.statements.history, &params).await?;
+        rows.into_iter().rev().map(LogEntryRow::into_entry).collect()
+    }
+
+    async fn counts(&self) -> Result<Vec<StateCount>, StoreError> {
+        let rows: Vec<(Text, Text, i64)> = self.fetch(self.statements.counts, &[]).await?;
+        rows.into_iter().map(state_count).collect()
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.execute("SELECT 1", &[]).await
+    }
+
+    async fn store_id(&self) -> Result<StoreId, StoreError> {
+        let generated = StoreId::generate();
+        let record = [Param::Text(STORE_ID_KEY), Param::Text(generated.as_str())];
+        self.execute(self.statements.insert_store_id, &record).await?;
+        let stored: Vec<(Text,)> = self.fetch(SELECT_STORE_ID, &[Param::Text(STORE_ID_KEY)]).await?;
+        match stored.into_iter().next() {
+            Some((Text(stored),)) => StoreId::from_stored(stored),
+            None => Err(StoreError::Unavailable { backend: self.backend, source: Box::new(sqlx::Error::RowNotFound) }),
+        }
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
