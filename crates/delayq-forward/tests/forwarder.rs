@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{eventually, Harness};
+use common::Harness;
 use delayq_common::{Job, JobState};
 use delayq_forward::{Sink, SinkError};
+use delayq_testkit::eventually;
 use serde_json::json;
 
 /// Confirms every job, but panics when it reaches a job whose body is `boom`,

@@ -7,9 +7,10 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use common::{eventually, unique_name, Harness};
+use common::Harness;
 use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::{KafkaSink, Sink, SinkError};
+use delayq_testkit::{eventually, unique_name};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};

@@ -7,16 +7,14 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, unique_name, Harness};
+use common::Harness;
 use delayq_common::{JobState, Timestamp};
 use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::RabbitSink;
-use delayq_testkit::service;
+use delayq_testkit::{eventually, service, unique_name, FaultProxy, Link};
 use futures::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
@@ -25,8 +23,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::JoinHandle;
 
 /// A message as the test consumer saw it.
 #[derive(Clone, Debug)]
@@ -216,71 +213,14 @@ async fn an_unroutable_message_is_a_failure_and_the_job_dies_after_max_retries()
     broker.delete_exchange(&exchange).await;
 }
 
-/// A TCP proxy in front of the broker that the test can cut and restore.
-struct Proxy {
-    addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<AbortHandle>>>,
-    accept: JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut = Arc::new(AtomicBool::new(false));
-        let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let (accept_cut, accept_connections) = (cut.clone(), connections.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                if accept_cut.load(Ordering::SeqCst) {
-                    // Unreachable: the connection is closed at once.
-                    drop(client);
-                    continue;
-                }
-                let relay = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-                accept_connections.lock().unwrap().push(relay.abort_handle());
-            }
-        });
-        Proxy { addr, cut, connections, accept }
-    }
-
-    /// Drops every open connection and refuses new ones.
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for connection in self.connections.lock().unwrap().drain(..) {
-            connection.abort();
-        }
-    }
-
-    fn restore(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        for connection in self.connections.lock().unwrap().drain(..) {
-            connection.abort();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_of_fifteen_seconds_loses_nothing_and_finishes_nothing_unconfirmed() {
     let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
     let mut parsed = reqwest::Url::parse(&url).unwrap();
-    let host = parsed.host_str().unwrap().to_owned();
-    let upstream =
-        tokio::net::lookup_host((host.as_str(), parsed.port().unwrap_or(5672))).await.unwrap().next().unwrap();
-    let proxy = Proxy::start(upstream).await;
+    let upstream = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap_or(5672));
+    let proxy = FaultProxy::start(&upstream, Link::Up).await;
     parsed.set_host(Some("127.0.0.1")).unwrap();
-    parsed.set_port(Some(proxy.addr.port())).unwrap();
+    parsed.set_port(Some(proxy.address().port())).unwrap();
     let proxied_url = parsed.to_string();
 
     let broker = Broker::connect(&url).await;
@@ -302,7 +242,7 @@ async fn an_outage_of_fifteen_seconds_loses_nothing_and_finishes_nothing_unconfi
     let some_arrived = eventually(Duration::from_secs(10), || async { !arrivals.lock().unwrap().is_empty() }).await;
     assert!(some_arrived, "the broker is reachable through the proxy");
 
-    proxy.cut();
+    proxy.set(Link::Down);
     // Finishes of jobs confirmed just before the cut may still land; after that nothing can be confirmed.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let published_at_cut = harness.route().counters().published();
@@ -318,7 +258,7 @@ async fn an_outage_of_fifteen_seconds_loses_nothing_and_finishes_nothing_unconfi
         assert!(arrived.contains_key(id.as_str()), "job {id} finished but never reached the broker");
     }
 
-    proxy.restore();
+    proxy.set(Link::Up);
     let all_arrived = eventually(Duration::from_secs(30), || async { arrivals_by_id(&arrivals).len() >= JOBS }).await;
     let arrived = arrivals_by_id(&arrivals);
     assert!(all_arrived, "after the outage every job arrives: {} of {JOBS}", arrived.len());

@@ -12,10 +12,11 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::routing::{any, post};
 use axum::Router;
-use common::{eventually, Harness};
+use common::Harness;
 use delayq_common::{JobState, Topic};
 use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::{webhook_signature, WebhookSink};
+use delayq_testkit::eventually;
 use serde_json::{json, Value};
 
 /// One request the test server received.

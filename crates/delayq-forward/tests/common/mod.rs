@@ -3,9 +3,8 @@
 
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use delayq_common::{JobId, JobState, Limits, PushRequest, Snowflake, TimeUnit, Timestamp};
 use delayq_forward::{run_forwarder, Route, RouteTable, Sink, TopicPattern};
@@ -15,8 +14,6 @@ use serde_json::Value;
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-pub use delayq_testkit::unique_name;
 
 /// One queue with its timer and a forwarder; both stop when it is dropped.
 pub struct Harness {
@@ -90,23 +87,5 @@ impl Harness {
 impl Drop for Harness {
     fn drop(&mut self) {
         self.cancel.cancel();
-    }
-}
-
-/// Polls `check` every 50 ms until it returns true or `limit` passes; returns whether it did.
-pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
