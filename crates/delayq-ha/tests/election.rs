@@ -8,8 +8,9 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{config, eventually, remove_root, start, unique_root, wait_kind, wait_role, zookeeper, RoleRecorder};
+use common::{config, remove_root, start, unique_root, wait_kind, wait_role, zookeeper, RoleRecorder, DEADLINE};
 use delayq_ha::{Leadership, RoleKind, ZkConfig, ZookeeperLeadership};
+use delayq_testkit::eventually;
 
 /// Starts candidates one after another, so the first one started leads.
 async fn start_in_order(connect: &str, root: &str, names: &[&str]) -> Vec<ZookeeperLeadership> {
@@ -25,7 +26,7 @@ async fn start_in_order(connect: &str, root: &str, names: &[&str]) -> Vec<Zookee
 
 /// Waits until every candidate sees `leader` leading `members`, exactly one of them as leader.
 async fn wait_agreement(candidates: &[&ZookeeperLeadership], leader: &str, members: &[&str]) -> u64 {
-    eventually("agreement on leader and members", || {
+    let agreed_epoch = eventually(DEADLINE, || async {
         let roles: Vec<_> = candidates.iter().map(|candidate| candidate.role().borrow().clone()).collect();
         let leaders = roles.iter().filter(|role| role.kind == RoleKind::Leader).count();
         let followers = roles.iter().filter(|role| role.kind == RoleKind::Follower).count();
@@ -33,7 +34,8 @@ async fn wait_agreement(candidates: &[&ZookeeperLeadership], leader: &str, membe
         let agreed = roles.iter().all(|role| role.leader.as_deref() == Some(leader) && role.members == members);
         (leaders == 1 && followers + 1 == roles.len() && epochs.len() == 1 && agreed).then(|| roles[0].epoch)
     })
-    .await
+    .await;
+    agreed_epoch.unwrap_or_else(|| panic!("timed out after {DEADLINE:?} waiting for agreement on leader and members"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
