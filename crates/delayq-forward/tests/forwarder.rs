@@ -88,7 +88,6 @@ async fn a_sink_that_panics_strands_no_batch_and_fails_only_the_job_that_causes_
     assert_eq!(counters.published(), 99);
 
     let later = harness.push_all(vec![json!({"topic": "panic.jobs", "body": "later"})]).await;
-    let delivered =
-        eventually(Duration::from_secs(10), || async { harness.state(&later[0]).await == JobState::Finished }).await;
+    let delivered = harness.reaches(&later[0], JobState::Finished, Duration::from_secs(10)).await;
     assert!(delivered, "the forwarder goes on after a sink panicked");
 }

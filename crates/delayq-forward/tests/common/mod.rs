@@ -10,6 +10,7 @@ use delayq_common::{JobId, JobState, Limits, PushRequest, Snowflake, TimeUnit, T
 use delayq_forward::{run_forwarder, Route, RouteTable, Sink, TopicPattern};
 use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueSettings};
 use delayq_store::SqliteStore;
+use delayq_testkit::eventually;
 use serde_json::Value;
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
@@ -73,6 +74,34 @@ impl Harness {
     /// Returns the job's current state.
     pub async fn state(&self, id: &JobId) -> JobState {
         self.queue.get(id).await.unwrap().job.state
+    }
+
+    /// Returns whether job `id` is in `state` within `limit`.
+    pub async fn reaches(&self, id: &JobId, state: JobState, limit: Duration) -> bool {
+        eventually(limit, || async { self.state(id).await == state }).await
+    }
+
+    /// Returns whether every job of `ids` is in `state` within `limit`.
+    pub async fn all_reach(&self, ids: &[JobId], state: JobState, limit: Duration) -> bool {
+        eventually(limit, || async {
+            for id in ids {
+                if self.state(id).await != state {
+                    return false;
+                }
+            }
+            true
+        })
+        .await
+    }
+
+    /// Returns whether the queue holds no live job (every one pushed has
+    /// ended) within `limit`.
+    pub async fn drains(&self, limit: Duration) -> bool {
+        eventually(limit, || async {
+            let stats = self.queue.stats().await.unwrap();
+            stats.live.iter().all(|topic| topic.delay + topic.ready + topic.reserved == 0)
+        })
+        .await
     }
 
     /// Stops the forwarder and waits until its batches have settled.
