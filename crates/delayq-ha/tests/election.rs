@@ -8,7 +8,9 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{config, remove_root, start, unique_root, wait_kind, wait_role, zookeeper, RoleRecorder, DEADLINE};
+use common::{
+    config, remove_root, resign_all, start, unique_root, wait_kind, wait_role, zookeeper, RoleRecorder, DEADLINE,
+};
 use delayq_ha::{Leadership, RoleKind, ZkConfig, ZookeeperLeadership};
 use delayq_testkit::eventually;
 
@@ -22,6 +24,17 @@ async fn start_in_order(connect: &str, root: &str, names: &[&str]) -> Vec<Zookee
         candidates.push(candidate);
     }
     candidates
+}
+
+/// The three candidates most checks start, in the order they start.
+const THREE: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+/// Starts the [`THREE`] candidates in order and waits until they agree that
+/// node-a leads them all; returns them and node-a's epoch.
+async fn three_led_by_the_first(connect: &str, root: &str) -> (Vec<ZookeeperLeadership>, u64) {
+    let nodes = start_in_order(connect, root, &THREE).await;
+    let epoch = wait_agreement(&nodes.iter().collect::<Vec<_>>(), "node-a", &THREE).await;
+    (nodes, epoch)
 }
 
 /// Waits until every candidate sees `leader` leading `members`, exactly one of them as leader.
@@ -60,14 +73,10 @@ async fn single_candidate_becomes_leader() {
 async fn three_candidates_elect_exactly_one_leader() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let nodes = start_in_order(&zk, &root, &["node-a", "node-b", "node-c"]).await;
-    let all: Vec<&ZookeeperLeadership> = nodes.iter().collect();
-    let epoch = wait_agreement(&all, "node-a", &["node-a", "node-b", "node-c"]).await;
+    let (nodes, epoch) = three_led_by_the_first(&zk, &root).await;
     assert!(nodes[0].holds_leadership(epoch));
     assert!(!nodes[1].holds_leadership(epoch) && !nodes[2].holds_leadership(epoch));
-    for node in &nodes {
-        node.resign().await;
-    }
+    resign_all(&nodes).await;
     remove_root(&zk, &root).await;
 }
 
@@ -75,9 +84,8 @@ async fn three_candidates_elect_exactly_one_leader() {
 async fn resigned_leader_hands_over_with_a_higher_epoch() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let nodes = start_in_order(&zk, &root, &["node-a", "node-b", "node-c"]).await;
+    let (nodes, first_epoch) = three_led_by_the_first(&zk, &root).await;
     let all: Vec<&ZookeeperLeadership> = nodes.iter().collect();
-    let first_epoch = wait_agreement(&all, "node-a", &["node-a", "node-b", "node-c"]).await;
 
     let ((), handover) = common::timed(async {
         nodes[0].resign().await;
@@ -114,9 +122,8 @@ async fn dropped_leader_hands_over() {
 async fn departing_follower_leaves_the_leader_alone() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let nodes = start_in_order(&zk, &root, &["node-a", "node-b", "node-c"]).await;
+    let (nodes, epoch) = three_led_by_the_first(&zk, &root).await;
     let all: Vec<&ZookeeperLeadership> = nodes.iter().collect();
-    let epoch = wait_agreement(&all, "node-a", &["node-a", "node-b", "node-c"]).await;
     let recorder = RoleRecorder::start(nodes[0].role());
 
     nodes[2].resign().await;
@@ -126,9 +133,7 @@ async fn departing_follower_leaves_the_leader_alone() {
     for (_, seen) in recorder.finish().await {
         assert_eq!((seen.kind, seen.epoch), (RoleKind::Leader, epoch), "the leader flapped");
     }
-    for node in &nodes[..2] {
-        node.resign().await;
-    }
+    resign_all(&nodes[..2]).await;
     remove_root(&zk, &root).await;
 }
 
@@ -148,8 +153,7 @@ async fn live_candidates_get_distinct_worker_ids() {
     let config = ZkConfig { preferred_worker_id: Some(1022), ..config(&zk, &root, "node-e") };
     let newcomer = start(config).await;
     assert_eq!(newcomer.worker_id(), 1023, "a released id is handed out again");
-    for node in nodes.iter().chain([&newcomer]) {
-        node.resign().await;
-    }
+    resign_all(&nodes).await;
+    newcomer.resign().await;
     remove_root(&zk, &root).await;
 }

@@ -11,18 +11,34 @@ use std::time::{Duration, Instant};
 use common::{
     config, remove_root, start, unique_root, wait_kind, zk_proxy, zookeeper, RoleRecorder, DEADLINE, SESSION_TIMEOUT,
 };
-use delayq_ha::{Leadership, RoleKind};
-use delayq_testkit::{eventually, Link};
+use delayq_ha::{Leadership, Role, RoleKind, ZookeeperLeadership};
+use delayq_testkit::{eventually, FaultProxy, Link};
+
+/// node-a, leading, and node-b, following; node-a reaches ZooKeeper through the proxy.
+struct ProxiedLeader {
+    proxy: FaultProxy,
+    leader: ZookeeperLeadership,
+    term: Role,
+    follower: ZookeeperLeadership,
+}
+
+/// Starts node-a through a proxy, waits until it leads, then starts node-b
+/// straight to ZooKeeper and waits until it follows.
+async fn proxied_leader_and_follower(zk: &str, root: &str) -> ProxiedLeader {
+    let proxy = zk_proxy(zk, Link::Up).await;
+    let leader = start(config(&proxy.address().to_string(), root, "node-a")).await;
+    let term = wait_kind(&mut leader.role(), RoleKind::Leader).await;
+    let follower = start(config(zk, root, "node-b")).await;
+    wait_kind(&mut follower.role(), RoleKind::Follower).await;
+    ProxiedLeader { proxy, leader, term, follower }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn partitioned_leader_steps_down_before_a_successor_is_elected() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let proxy = zk_proxy(&zk, Link::Up).await;
-    let partitioned = start(config(&proxy.address().to_string(), &root, "node-a")).await;
-    let old_term = wait_kind(&mut partitioned.role(), RoleKind::Leader).await;
-    let successor = start(config(&zk, &root, "node-b")).await;
-    wait_kind(&mut successor.role(), RoleKind::Follower).await;
+    let ProxiedLeader { proxy, leader: partitioned, term: old_term, follower: successor } =
+        proxied_leader_and_follower(&zk, &root).await;
     let old_recorder = RoleRecorder::start(partitioned.role());
     let new_recorder = RoleRecorder::start(successor.role());
 
@@ -77,11 +93,8 @@ async fn partitioned_leader_steps_down_before_a_successor_is_elected() {
 async fn cut_connection_fences_at_once_and_ends_with_one_leader() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let proxy = zk_proxy(&zk, Link::Up).await;
-    let cut = start(config(&proxy.address().to_string(), &root, "node-a")).await;
-    let first_term = wait_kind(&mut cut.role(), RoleKind::Leader).await;
-    let other = start(config(&zk, &root, "node-b")).await;
-    wait_kind(&mut other.role(), RoleKind::Follower).await;
+    let ProxiedLeader { proxy, leader: cut, term: first_term, follower: other } =
+        proxied_leader_and_follower(&zk, &root).await;
 
     proxy.set(Link::Down);
     let (fenced, fence_delay) = common::timed(wait_kind(&mut cut.role(), RoleKind::Disconnected)).await;

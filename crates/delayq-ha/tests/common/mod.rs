@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use delayq_ha::{Role, RoleKind, ZkConfig, ZookeeperLeadership};
+use delayq_ha::{Leadership, Role, RoleKind, ZkConfig, ZookeeperLeadership};
 use delayq_testkit::{FaultProxy, Link};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::Client;
@@ -68,6 +68,13 @@ pub async fn timed<T>(future: impl Future<Output = T>) -> (T, Duration) {
     let started = Instant::now();
     let output = future.await;
     (output, started.elapsed())
+}
+
+/// Resigns every candidate of `nodes`, one after another.
+pub async fn resign_all(nodes: &[ZookeeperLeadership]) {
+    for node in nodes {
+        node.resign().await;
+    }
 }
 
 /// Deletes the test's own root recursively (best effort; ephemeral nodes are gone already).
