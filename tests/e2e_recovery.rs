@@ -26,12 +26,7 @@ type Deliveries = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
 
 /// The environment of a node on `redis_url` and `database_url`.
 fn node_env<'a>(redis_url: &'a str, database_url: &'a str, prefix: &'a str) -> Vec<(&'static str, &'a str)> {
-    vec![
-        ("DELAYQ_REDIS_URL", redis_url),
-        ("DELAYQ_DATABASE_URL", database_url),
-        ("DELAYQ_SCHEDULER__REDIS_PREFIX", prefix),
-        ("DELAYQ_NODE_ID", "recovery"),
-    ]
+    common::distributed_env(redis_url, database_url, prefix, "recovery")
 }
 
 /// Pops, records and finishes jobs of `topic` until aborted; a finish that
@@ -41,18 +36,7 @@ fn spawn_consumers(client: &Client, topic: &'static str, count: usize, deliverie
         .map(|_| {
             let (client, deliveries) = (client.clone(), Arc::clone(deliveries));
             tokio::spawn(async move {
-                loop {
-                    let popped = client.get(&format!("/pop?topic={topic}&count=100&timeout=1000")).await;
-                    let Ok((200, popped)) = popped else {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    };
-                    let ids: Vec<String> = popped["data"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|job| job["id"].as_str().map(str::to_owned))
-                        .collect();
+                common::consume(&client, topic, |ids| {
                     let seen = Instant::now();
                     {
                         let mut deliveries = deliveries.lock().expect("lock");
@@ -60,27 +44,12 @@ fn spawn_consumers(client: &Client, topic: &'static str, count: usize, deliverie
                             deliveries.entry(id.clone()).or_default().push(seen);
                         }
                     }
-                    let finishes: Vec<_> =
-                        ids.into_iter().map(|id| tokio::spawn(finish_with_retries(client.clone(), id))).collect();
-                    for finish in finishes {
-                        finish.await.expect("finish task");
-                    }
-                }
+                    common::finish_all(&client, ids, 150)
+                })
+                .await;
             })
         })
         .collect()
-}
-
-/// Finishes a job, retrying while a backend answers 503.
-async fn finish_with_retries(client: Client, id: String) {
-    for _ in 0..150 {
-        match client.post_empty(&format!("/finish?jobId={id}")).await {
-            Ok((200, _)) => return,
-            Ok((503, _)) | Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            Ok((status, body)) => panic!("finish {id} answered {status}: {body}"),
-        }
-    }
-    panic!("finish {id} kept failing");
 }
 
 /// Waits until every id of `expected` was delivered, or fails after `limit`.
