@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{now_ms, unique_name, Client, Server};
-use delayq_testkit::service;
+use common::{unique_name, Client, Server};
+use delayq_testkit::{eventually, service};
 use serde_json::{json, Value};
 
 const JOBS: usize = 50_000;
@@ -26,15 +26,8 @@ async fn two_nodes_deliver_every_job_exactly_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut nodes = Vec::new();
     for node in ["a", "b"] {
-        let node_dir = dir.path().join(node);
-        std::fs::create_dir_all(&node_dir).expect("node dir");
-        let env = [
-            ("DELAYQ_REDIS_URL", redis_url.as_str()),
-            ("DELAYQ_DATABASE_URL", database_url.as_str()),
-            ("DELAYQ_SCHEDULER__REDIS_PREFIX", name.as_str()),
-            ("DELAYQ_NODE_ID", node),
-        ];
-        nodes.push(Server::start(&node_dir, &env).await);
+        let env = common::distributed_env(&redis_url, &database_url, &name, node);
+        nodes.push(Server::start(&common::node_dir(dir.path(), node), &env).await);
     }
     let clients: Vec<Client> = nodes.iter().map(Server::client).collect();
 
@@ -60,10 +53,8 @@ async fn two_nodes_deliver_every_job_exactly_once() {
     }
     assert_eq!(pushed.len(), JOBS);
 
-    let deadline = now_ms() + 180_000;
-    while deliveries.lock().expect("lock").len() < JOBS && now_ms() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Whether all arrived in time, the counts below tell.
+    eventually(Duration::from_secs(180), || async { deliveries.lock().expect("lock").len() >= JOBS }).await;
     // Give a duplicate, if any, the chance to show up.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     for consumer in consumers {
@@ -82,36 +73,15 @@ async fn two_nodes_deliver_every_job_exactly_once() {
 
 /// Pops, records and finishes jobs until aborted.
 async fn consume(client: Client, deliveries: Arc<Mutex<HashMap<String, u32>>>) {
-    loop {
-        let Ok((200, popped)) = client.get("/pop?topic=two.nodes&count=100&timeout=1000").await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let ids: Vec<String> = popped["data"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|job| job["id"].as_str().map(str::to_owned))
-            .collect();
+    common::consume(&client, "two.nodes", |ids| {
         {
             let mut deliveries = deliveries.lock().expect("lock");
             for id in &ids {
                 *deliveries.entry(id.clone()).or_default() += 1;
             }
         }
-        let finishes = ids.iter().map(|id| finish_with_retries(client.clone(), id.clone()));
-        common::join_spawned(finishes).await;
-    }
-}
-
-/// Finishes a job, retrying while a backend answers 503 (the ack must land within the ttr).
-async fn finish_with_retries(client: Client, id: String) {
-    for _ in 0..50 {
-        match client.post_empty(&format!("/finish?jobId={id}")).await {
-            Ok((200, _)) => return,
-            Ok((503, _)) | Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            Ok((status, body)) => panic!("finish {id} answered {status}: {body}"),
-        }
-    }
-    panic!("finish {id} kept failing");
+        // The ack must land within the ttr.
+        common::finish_all(&client, ids, 50)
+    })
+    .await;
 }

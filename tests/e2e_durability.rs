@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{now_ms, Client, Server};
+use delayq_testkit::eventually;
 use serde_json::json;
 
 const PRODUCERS: usize = 8;
@@ -45,13 +46,11 @@ async fn kill_9_under_load_loses_no_acknowledged_job() {
     let deadline = now_ms() + 60_000;
     let consumers: Vec<_> =
         (0..CONSUMERS).map(|_| tokio::spawn(consume(second.client(), Arc::clone(&delivered), deadline))).collect();
-    loop {
-        let missing = acknowledged_before_crash.difference(&delivered.lock().expect("lock")).count();
-        if missing == 0 || now_ms() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Whether all arrived in time, the list of missing jobs below tells.
+    eventually(Duration::from_millis(deadline.saturating_sub(now_ms())), || async {
+        acknowledged_before_crash.difference(&delivered.lock().expect("lock")).next().is_none()
+    })
+    .await;
     for consumer in &consumers {
         consumer.abort();
     }

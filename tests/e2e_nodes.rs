@@ -4,17 +4,9 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::{unique_name, Server};
+use common::{node_dir, unique_name, Server};
 use delayq_testkit::service;
 use sqlx::Connection;
-
-fn node_dir(root: &Path, name: &str) -> std::path::PathBuf {
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir).expect("node dir");
-    dir
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_a_store_of_its_own_is_refused_while_another_is_live() {
@@ -61,12 +53,7 @@ async fn nodes_sharing_one_database_start_together() {
     let root = tempfile::tempdir().expect("tempdir");
     let mut nodes = Vec::new();
     for node in ["a", "b"] {
-        let env = [
-            ("DELAYQ_REDIS_URL", redis_url.as_str()),
-            ("DELAYQ_DATABASE_URL", database_url.as_str()),
-            ("DELAYQ_SCHEDULER__REDIS_PREFIX", name.as_str()),
-            ("DELAYQ_NODE_ID", node),
-        ];
+        let env = common::distributed_env(&redis_url, &database_url, &name, node);
         nodes.push(Server::start(&node_dir(root.path(), node), &env).await);
     }
     for node in &nodes {

@@ -9,16 +9,14 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{unique_name, Client, Server};
-use delayq_testkit::service;
+use delayq_testkit::{eventually, service, FaultProxy, Link, RedisProcess};
 use serde_json::{json, Value};
 use sqlx::Connection;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 const TTR_MS: u64 = 30_000;
@@ -26,115 +24,9 @@ const TTR_MS: u64 = 30_000;
 /// When each job was handed to a consumer.
 type Deliveries = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
 
-/// A private `redis-server` on a port of its own, killed when dropped.
-struct RedisProcess {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisProcess {
-    fn start(port: u16) -> RedisProcess {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server (it is installed where the tests run)");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(10), "redis-server on {port} did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        RedisProcess { child, port, _dir: dir }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn cli(&self, args: &[&str]) {
-        let status = Command::new("redis-cli").arg("-p").arg(self.port.to_string()).args(args).status();
-        assert!(status.expect("redis-cli").success(), "redis-cli {args:?}");
-    }
-}
-
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A TCP proxy to `target` that the test can cut (every connection closed,
-/// new ones closed at once) and mend.
-struct Proxy {
-    port: u16,
-    down: Arc<AtomicBool>,
-    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    acceptor: JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn start(target: &'static str) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
-        let port = listener.local_addr().expect("proxy address").port();
-        let down = Arc::new(AtomicBool::new(false));
-        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let acceptor = {
-            let (down, links) = (Arc::clone(&down), Arc::clone(&links));
-            tokio::spawn(async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if down.load(Ordering::SeqCst) {
-                        drop(inbound);
-                        continue;
-                    }
-                    let link = tokio::spawn(async move {
-                        if let Ok(mut outbound) = TcpStream::connect(target).await {
-                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                    links.lock().expect("lock").push(link);
-                }
-            })
-        };
-        Proxy { port, down, links, acceptor }
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn cut(&self) {
-        self.down.store(true, Ordering::SeqCst);
-        for link in self.links.lock().expect("lock").drain(..) {
-            link.abort();
-        }
-    }
-
-    fn mend(&self) {
-        self.down.store(false, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.cut();
-        self.acceptor.abort();
-    }
-}
-
 /// The environment of a node on `redis_url` and `database_url`.
 fn node_env<'a>(redis_url: &'a str, database_url: &'a str, prefix: &'a str) -> Vec<(&'static str, &'a str)> {
-    vec![
-        ("DELAYQ_REDIS_URL", redis_url),
-        ("DELAYQ_DATABASE_URL", database_url),
-        ("DELAYQ_SCHEDULER__REDIS_PREFIX", prefix),
-        ("DELAYQ_NODE_ID", "recovery"),
-    ]
+    common::distributed_env(redis_url, database_url, prefix, "recovery")
 }
 
 /// Pops, records and finishes jobs of `topic` until aborted; a finish that
@@ -144,18 +36,7 @@ fn spawn_consumers(client: &Client, topic: &'static str, count: usize, deliverie
         .map(|_| {
             let (client, deliveries) = (client.clone(), Arc::clone(deliveries));
             tokio::spawn(async move {
-                loop {
-                    let popped = client.get(&format!("/pop?topic={topic}&count=100&timeout=1000")).await;
-                    let Ok((200, popped)) = popped else {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    };
-                    let ids: Vec<String> = popped["data"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|job| job["id"].as_str().map(str::to_owned))
-                        .collect();
+                common::consume(&client, topic, |ids| {
                     let seen = Instant::now();
                     {
                         let mut deliveries = deliveries.lock().expect("lock");
@@ -163,50 +44,30 @@ fn spawn_consumers(client: &Client, topic: &'static str, count: usize, deliverie
                             deliveries.entry(id.clone()).or_default().push(seen);
                         }
                     }
-                    let finishes: Vec<_> =
-                        ids.into_iter().map(|id| tokio::spawn(finish_with_retries(client.clone(), id))).collect();
-                    for finish in finishes {
-                        finish.await.expect("finish task");
-                    }
-                }
+                    common::finish_all(&client, ids, 150)
+                })
+                .await;
             })
         })
         .collect()
 }
 
-/// Finishes a job, retrying while a backend answers 503.
-async fn finish_with_retries(client: Client, id: String) {
-    for _ in 0..150 {
-        match client.post_empty(&format!("/finish?jobId={id}")).await {
-            Ok((200, _)) => return,
-            Ok((503, _)) | Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            Ok((status, body)) => panic!("finish {id} answered {status}: {body}"),
-        }
-    }
-    panic!("finish {id} kept failing");
-}
-
 /// Waits until every id of `expected` was delivered, or fails after `limit`.
 async fn wait_for_deliveries(deliveries: &Deliveries, expected: &[String], limit: Duration, server: &Server) {
-    let deadline = Instant::now() + limit;
-    loop {
-        let missing: Vec<String> = {
-            let deliveries = deliveries.lock().expect("lock");
-            expected.iter().filter(|id| !deliveries.contains_key(*id)).cloned().collect()
-        };
-        if missing.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {} acknowledged jobs never delivered (first: {:?}); log:\n{}",
-            missing.len(),
-            expected.len(),
-            &missing[..missing.len().min(5)],
-            tail(&server.log())
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let undelivered = || -> Vec<String> {
+        let deliveries = deliveries.lock().expect("lock");
+        expected.iter().filter(|id| !deliveries.contains_key(*id)).cloned().collect()
+    };
+    let all_delivered = eventually(limit, || async { undelivered().is_empty() }).await;
+    let missing = undelivered();
+    assert!(
+        all_delivered,
+        "{} of {} acknowledged jobs never delivered (first: {:?}); log:\n{}",
+        missing.len(),
+        expected.len(),
+        &missing[..missing.len().min(5)],
+        tail(&server.log())
+    );
 }
 
 /// Returns the ids delivered twice less than a ttr apart.
@@ -231,17 +92,14 @@ async fn counter(client: &Client, name: &str) -> f64 {
 
 /// Waits (a few seconds at most) until the server's log contains `text`.
 async fn wait_for_log(server: &Server, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !server.log().contains(text) {
-        if Instant::now() >= deadline {
-            panic!(
-                "the log never said {text:?}:\n{}\nrecovery and store metrics:\n{}",
-                tail(&server.log()),
-                recovery_metrics(&server.client()).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if eventually(Duration::from_secs(10), || async { server.log().contains(text) }).await {
+        return;
     }
+    panic!(
+        "the log never said {text:?}:\n{}\nrecovery and store metrics:\n{}",
+        tail(&server.log()),
+        recovery_metrics(&server.client()).await
+    );
 }
 
 /// The lines of `/metrics` about recovery and the store, to tell a stalled
@@ -274,7 +132,7 @@ async fn flushall_halfway_loses_no_job() {
     let Some(mysql_url) = service("DELAYQ_TEST_MYSQL_URL") else { return };
     let name = unique_name("dq_e2e_flushall");
     let database_url = common::fresh_database(&mysql_url, &name, None).await;
-    let redis = RedisProcess::start(common::free_port());
+    let Some(redis) = RedisProcess::start().await else { return };
     let redis_url = redis.url();
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(dir.path(), &node_env(&redis_url, &database_url, &name)).await;
@@ -298,11 +156,9 @@ async fn flushall_halfway_loses_no_job() {
         }
     }
     // Halfway through the deliveries, Redis loses everything.
-    let halfway = Instant::now() + Duration::from_secs(30);
-    while deliveries.lock().expect("lock").len() < JOBS / 2 {
-        assert!(Instant::now() < halfway, "half the jobs did not arrive in time; log:\n{}", tail(&server.log()));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let halfway =
+        eventually(Duration::from_secs(30), || async { deliveries.lock().expect("lock").len() >= JOBS / 2 }).await;
+    assert!(halfway, "half the jobs did not arrive in time; log:\n{}", tail(&server.log()));
     redis.cli(&["flushall"]);
     let delivered_before = deliveries.lock().expect("lock").len();
     println!("flushall after {delivered_before} of {JOBS} deliveries");
@@ -335,9 +191,9 @@ async fn mariadb_outage_refuses_pushes_and_loses_nothing() {
     else {
         return;
     };
-    let proxy = Proxy::start("127.0.0.1:3306").await;
+    let proxy = FaultProxy::start("127.0.0.1:3306", Link::Up).await;
     let name = unique_name("dq_e2e_db_outage");
-    let database_url = common::fresh_database(&mysql_url, &name, Some(&proxy.address())).await;
+    let database_url = common::fresh_database(&mysql_url, &name, Some(&proxy.address().to_string())).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(dir.path(), &node_env(&redis_url, &database_url, &name)).await;
     let client = server.client();
@@ -379,7 +235,7 @@ async fn mariadb_outage_refuses_pushes_and_loses_nothing() {
         })
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
-    proxy.cut();
+    proxy.set(Link::Down);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let refused_early = refused.load(Ordering::SeqCst);
     let (status, popped) =
@@ -388,7 +244,7 @@ async fn mariadb_outage_refuses_pushes_and_loses_nothing() {
     assert_eq!(popped["data"].as_array().map(Vec::len), Some(1), "{popped}");
     tokio::time::sleep(Duration::from_secs(9)).await;
     let refused_during = refused.load(Ordering::SeqCst);
-    proxy.mend();
+    proxy.set(Link::Up);
     // A push already on its way when the store came back may still be refused:
     // count from a second later, once the writer had the chance to reconnect.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -459,8 +315,8 @@ async fn redis_restart_under_load_recovers_without_delayq_restart() {
     let Some(mysql_url) = service("DELAYQ_TEST_MYSQL_URL") else { return };
     let name = unique_name("dq_e2e_redis_restart");
     let database_url = common::fresh_database(&mysql_url, &name, None).await;
-    let port = common::free_port();
-    let redis = RedisProcess::start(port);
+    let Some(redis) = RedisProcess::start().await else { return };
+    let port = redis.port();
     let redis_url = redis.url();
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(dir.path(), &node_env(&redis_url, &database_url, &name)).await;
@@ -510,7 +366,7 @@ async fn redis_restart_under_load_recovers_without_delayq_restart() {
     assert_eq!(status, 503, "{answer}");
     let (status, ready) = client.get("/ready").await.expect("ready while redis is down");
     assert_eq!(status, 503, "{ready}");
-    let _redis = RedisProcess::start(port);
+    let _redis = RedisProcess::start_on(port).await.expect("restart redis-server");
     redis_down.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::SeqCst);

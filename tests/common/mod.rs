@@ -25,20 +25,8 @@ impl Server {
     pub async fn start(data_dir: &Path, env: &[(&str, &str)]) -> Server {
         let log_path = data_dir.join(format!("server-{}.log", now_ms()));
         let log = std::fs::File::create(&log_path).expect("create server log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_delayq"));
-        command
-            .arg("serve")
-            .current_dir(data_dir)
-            .env("DELAYQ_HTTP_ADDR", "127.0.0.1:0")
-            .env("DELAYQ_GRPC_ADDR", "127.0.0.1:0")
-            .env("DELAYQ_DATA_DIR", data_dir.join("data"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true);
-        for (key, value) in env {
-            command.env(key, value);
-        }
+        let mut command = serve_command(data_dir, env);
+        command.stdout(Stdio::piped()).stderr(Stdio::from(log));
         let mut child = command.spawn().expect("spawn delayq serve");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
@@ -97,6 +85,24 @@ impl Server {
     pub fn client(&self) -> Client {
         Client::new(&self.base_url)
     }
+}
+
+/// A `delayq serve` command run in `data_dir`, on loopback ports the system
+/// chooses, its data in `data_dir/data`, with `env` on top; killed when dropped.
+fn serve_command(data_dir: &Path, env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_delayq"));
+    command
+        .arg("serve")
+        .current_dir(data_dir)
+        .env("DELAYQ_HTTP_ADDR", "127.0.0.1:0")
+        .env("DELAYQ_GRPC_ADDR", "127.0.0.1:0")
+        .env("DELAYQ_DATA_DIR", data_dir.join("data"))
+        .env("RUST_LOG", "info")
+        .kill_on_drop(true);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command
 }
 
 fn read(path: &Path) -> String {
@@ -170,22 +176,76 @@ where
     outputs
 }
 
+/// Creates the directory of node `name` under `root` and returns it.
+pub fn node_dir(root: &Path, name: &str) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).expect("node dir");
+    dir
+}
+
+/// The environment of node `node` of the distributed deployment: the Redis
+/// scheduler of `redis_url` under key `prefix`, the store of `database_url`.
+pub fn distributed_env<'a>(
+    redis_url: &'a str,
+    database_url: &'a str,
+    prefix: &'a str,
+    node: &'a str,
+) -> Vec<(&'static str, &'a str)> {
+    vec![
+        ("DELAYQ_REDIS_URL", redis_url),
+        ("DELAYQ_DATABASE_URL", database_url),
+        ("DELAYQ_SCHEDULER__REDIS_PREFIX", prefix),
+        ("DELAYQ_NODE_ID", node),
+    ]
+}
+
+/// Long-polls `topic` through `client` (up to 100 jobs, waiting up to 1 s)
+/// until aborted, and hands the ids of each answer to `handle`; a pop that
+/// fails or is refused is tried again 50 ms later.
+pub async fn consume<F, Fut>(client: &Client, topic: &str, mut handle: F)
+where
+    F: FnMut(Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let path = format!("/pop?topic={topic}&count=100&timeout=1000");
+    loop {
+        let Ok((200, popped)) = client.get(&path).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let ids = popped["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|job| job["id"].as_str().map(str::to_owned))
+            .collect();
+        handle(ids).await;
+    }
+}
+
+/// Finishes the jobs `ids` at once, each retried as [`finish_with_retries`] does.
+pub async fn finish_all(client: &Client, ids: Vec<String>, attempts: u32) {
+    join_spawned(ids.into_iter().map(|id| finish_with_retries(client.clone(), id, attempts))).await;
+}
+
+/// Finishes a job, trying again every 200 ms, `attempts` times at most, while
+/// a backend answers 503 or the request fails; fails the test on any other answer.
+pub async fn finish_with_retries(client: Client, id: String, attempts: u32) {
+    for _ in 0..attempts {
+        match client.post_empty(&format!("/finish?jobId={id}")).await {
+            Ok((200, _)) => return,
+            Ok((503, _)) | Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Ok((status, body)) => panic!("finish {id} answered {status}: {body}"),
+        }
+    }
+    panic!("finish {id} kept failing");
+}
+
 /// Runs `delayq serve` in `dir` with `env` (on free loopback ports, data in
 /// `dir/data`), expecting it to stop by itself at start; returns its output.
 pub async fn serve_until_exit(dir: &Path, env: &[(&str, &str)]) -> std::process::Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_delayq"));
-    command
-        .arg("serve")
-        .current_dir(dir)
-        .env("DELAYQ_HTTP_ADDR", "127.0.0.1:0")
-        .env("DELAYQ_GRPC_ADDR", "127.0.0.1:0")
-        .env("DELAYQ_DATA_DIR", dir.join("data"))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    for (key, value) in env {
-        command.env(key, value);
-    }
+    let mut command = serve_command(dir, env);
+    command.stdin(Stdio::null());
     tokio::time::timeout(Duration::from_secs(60), command.output())
         .await
         .expect("a refused server stops at once instead of serving")

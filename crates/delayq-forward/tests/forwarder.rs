@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{eventually, Harness};
+use common::Harness;
 use delayq_common::{Job, JobState};
 use delayq_forward::{Sink, SinkError};
+use delayq_testkit::eventually;
 use serde_json::json;
 
 /// Confirms every job, but panics when it reaches a job whose body is `boom`,
@@ -87,7 +88,6 @@ async fn a_sink_that_panics_strands_no_batch_and_fails_only_the_job_that_causes_
     assert_eq!(counters.published(), 99);
 
     let later = harness.push_all(vec![json!({"topic": "panic.jobs", "body": "later"})]).await;
-    let delivered =
-        eventually(Duration::from_secs(10), || async { harness.state(&later[0]).await == JobState::Finished }).await;
+    let delivered = harness.reaches(&later[0], JobState::Finished, Duration::from_secs(10)).await;
     assert!(delivered, "the forwarder goes on after a sink panicked");
 }

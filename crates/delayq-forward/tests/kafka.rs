@@ -7,9 +7,10 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use common::{eventually, unique_name, Harness};
+use common::Harness;
 use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::{KafkaSink, Sink, SinkError};
+use delayq_testkit::{eventually, unique_name};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -101,10 +102,7 @@ async fn ten_thousand_due_jobs_arrive_on_the_mock_cluster_with_their_keys() {
     let duplicates: usize = seen.values().map(|count| count - 1).sum();
     let counters = harness.route().counters();
     assert!(duplicates as u64 <= counters.unconfirmed() + counters.unfinished(), "duplicates are counted");
-    let all_finished = eventually(Duration::from_secs(10), || async {
-        harness.queue.stats().await.unwrap().live.iter().all(|topic| topic.delay + topic.ready + topic.reserved == 0)
-    })
-    .await;
+    let all_finished = harness.drains(Duration::from_secs(10)).await;
     assert!(all_finished, "every delivered job is finished");
     assert!(counters.published() >= JOBS as u64);
     drop(harness);

@@ -7,16 +7,14 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, unique_name, Harness};
+use common::Harness;
 use delayq_common::{JobState, Timestamp};
 use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::RabbitSink;
-use delayq_testkit::service;
+use delayq_testkit::{eventually, service, unique_name, FaultProxy, Link};
 use futures::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
@@ -25,8 +23,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::JoinHandle;
 
 /// A message as the test consumer saw it.
 #[derive(Clone, Debug)]
@@ -110,6 +107,39 @@ impl Broker {
         (arrivals, task)
     }
 
+    /// Declares a queue named after `stem` and starts consuming it.
+    async fn queue(&self, stem: &str) -> TestQueue {
+        let name = unique_name(stem);
+        self.declare_queue(&name).await;
+        let (arrivals, consumer) = self.consume(&name).await;
+        TestQueue { name, exchange: None, arrivals, consumer }
+    }
+
+    /// Declares a topic exchange and a queue it routes `pattern` to, both named
+    /// after `stem`, and starts consuming the queue.
+    async fn bound_queue(&self, stem: &str, pattern: &str) -> TestQueue {
+        let exchange = unique_name(&format!("{stem}-x"));
+        self.declare_exchange(&exchange).await;
+        let mut queue = self.queue(&format!("{stem}-q")).await;
+        let (queue_name, exchange_name) = (queue.name.as_str().into(), exchange.as_str().into());
+        let options = QueueBindOptions::default();
+        self.channel
+            .queue_bind(queue_name, exchange_name, pattern.into(), options, FieldTable::default())
+            .await
+            .unwrap();
+        queue.exchange = Some(exchange);
+        queue
+    }
+
+    /// Stops consuming `queue` and deletes it, with its exchange.
+    async fn remove(&self, queue: TestQueue) {
+        queue.consumer.abort();
+        self.delete_queue(&queue.name).await;
+        if let Some(exchange) = &queue.exchange {
+            self.delete_exchange(exchange).await;
+        }
+    }
+
     async fn delete_queue(&self, name: &str) {
         let _ = self.channel.queue_delete(name.into(), QueueDeleteOptions::default()).await;
     }
@@ -117,6 +147,15 @@ impl Broker {
     async fn delete_exchange(&self, name: &str) {
         let _ = self.channel.exchange_delete(name.into(), ExchangeDeleteOptions::default()).await;
     }
+}
+
+/// A queue of the test's own, the consumer recording what arrives in it, and
+/// the exchange bound to it if any.
+struct TestQueue {
+    name: String,
+    exchange: Option<String>,
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
+    consumer: JoinHandle<()>,
 }
 
 /// Counts the arrivals per delayq-id.
@@ -132,22 +171,8 @@ fn arrivals_by_id(arrivals: &Mutex<Vec<Arrival>>) -> HashMap<String, usize> {
 async fn ten_thousand_due_jobs_arrive_in_the_bound_queue_once_each_with_their_headers() {
     let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
     let broker = Broker::connect(&url).await;
-    let exchange = unique_name("delayq-fwd-x");
-    let queue = unique_name("delayq-fwd-q");
-    broker.declare_exchange(&exchange).await;
-    broker.declare_queue(&queue).await;
-    broker
-        .channel
-        .queue_bind(
-            queue.as_str().into(),
-            exchange.as_str().into(),
-            "due.#".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let (arrivals, consumer) = broker.consume(&queue).await;
+    let queue = broker.bound_queue("delayq-fwd", "due.#").await;
+    let (exchange, arrivals) = (queue.exchange.clone().unwrap(), Arc::clone(&queue.arrivals));
 
     let sink = Arc::new(RabbitSink::new(&url, &exchange, "due.{topic}.{subtopic}", Duration::from_secs(10)).unwrap());
     let harness = Harness::start(&["order.*"], sink, |_| {}).await;
@@ -185,17 +210,11 @@ async fn ten_thousand_due_jobs_arrive_in_the_bound_queue_once_each_with_their_he
             assert_eq!(arrival.routing_key, format!("due.order.close.s{}", index % 3));
         }
     }
-    let all_finished = eventually(Duration::from_secs(10), || async {
-        harness.queue.stats().await.unwrap().live.iter().all(|topic| topic.delay + topic.ready + topic.reserved == 0)
-    })
-    .await;
+    let all_finished = harness.drains(Duration::from_secs(10)).await;
     assert!(all_finished, "every confirmed job is finished");
     assert_eq!(counters.published(), JOBS as u64 + counters.unfinished());
     assert_eq!(harness.state(&ids[0]).await, JobState::Finished);
-
-    consumer.abort();
-    broker.delete_queue(&queue).await;
-    broker.delete_exchange(&exchange).await;
+    broker.remove(queue).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,86 +228,28 @@ async fn an_unroutable_message_is_a_failure_and_the_job_dies_after_max_retries()
     let harness = Harness::start(&["lost.*"], sink, |_| {}).await;
     let ids =
         harness.push_all(vec![json!({"topic": "lost.job", "body": "b", "maxRetries": 1, "retryBackoff": [100]})]).await;
-    let dead = eventually(Duration::from_secs(15), || async { harness.state(&ids[0]).await == JobState::Dead }).await;
+    let dead = harness.reaches(&ids[0], JobState::Dead, Duration::from_secs(15)).await;
     assert!(dead, "a returned message is not a delivery");
     let counters = harness.route().counters();
     assert_eq!((counters.published(), counters.failed(), counters.dead()), (0, 2, 1));
     broker.delete_exchange(&exchange).await;
 }
 
-/// A TCP proxy in front of the broker that the test can cut and restore.
-struct Proxy {
-    addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<AbortHandle>>>,
-    accept: JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut = Arc::new(AtomicBool::new(false));
-        let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let (accept_cut, accept_connections) = (cut.clone(), connections.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                if accept_cut.load(Ordering::SeqCst) {
-                    // Unreachable: the connection is closed at once.
-                    drop(client);
-                    continue;
-                }
-                let relay = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-                accept_connections.lock().unwrap().push(relay.abort_handle());
-            }
-        });
-        Proxy { addr, cut, connections, accept }
-    }
-
-    /// Drops every open connection and refuses new ones.
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for connection in self.connections.lock().unwrap().drain(..) {
-            connection.abort();
-        }
-    }
-
-    fn restore(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        for connection in self.connections.lock().unwrap().drain(..) {
-            connection.abort();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_of_fifteen_seconds_loses_nothing_and_finishes_nothing_unconfirmed() {
     let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
     let mut parsed = reqwest::Url::parse(&url).unwrap();
-    let host = parsed.host_str().unwrap().to_owned();
-    let upstream =
-        tokio::net::lookup_host((host.as_str(), parsed.port().unwrap_or(5672))).await.unwrap().next().unwrap();
-    let proxy = Proxy::start(upstream).await;
+    let upstream = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap_or(5672));
+    let proxy = FaultProxy::start(&upstream, Link::Up).await;
     parsed.set_host(Some("127.0.0.1")).unwrap();
-    parsed.set_port(Some(proxy.addr.port())).unwrap();
+    parsed.set_port(Some(proxy.address().port())).unwrap();
     let proxied_url = parsed.to_string();
 
     let broker = Broker::connect(&url).await;
-    let queue = unique_name("delayq-fwd-outage");
-    broker.declare_queue(&queue).await;
-    let (arrivals, consumer) = broker.consume(&queue).await;
+    let queue = broker.queue("delayq-fwd-outage").await;
+    let arrivals = Arc::clone(&queue.arrivals);
     // The default exchange routes by queue name.
-    let sink = Arc::new(RabbitSink::new(&proxied_url, "", &queue, Duration::from_secs(3)).unwrap());
+    let sink = Arc::new(RabbitSink::new(&proxied_url, "", &queue.name, Duration::from_secs(3)).unwrap());
     let harness = Harness::start(&["outage.*"], sink, |_| {}).await;
 
     const JOBS: usize = 300;
@@ -302,7 +263,7 @@ async fn an_outage_of_fifteen_seconds_loses_nothing_and_finishes_nothing_unconfi
     let some_arrived = eventually(Duration::from_secs(10), || async { !arrivals.lock().unwrap().is_empty() }).await;
     assert!(some_arrived, "the broker is reachable through the proxy");
 
-    proxy.cut();
+    proxy.set(Link::Down);
     // Finishes of jobs confirmed just before the cut may still land; after that nothing can be confirmed.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let published_at_cut = harness.route().counters().published();
@@ -318,20 +279,15 @@ async fn an_outage_of_fifteen_seconds_loses_nothing_and_finishes_nothing_unconfi
         assert!(arrived.contains_key(id.as_str()), "job {id} finished but never reached the broker");
     }
 
-    proxy.restore();
+    proxy.set(Link::Up);
     let all_arrived = eventually(Duration::from_secs(30), || async { arrivals_by_id(&arrivals).len() >= JOBS }).await;
     let arrived = arrivals_by_id(&arrivals);
     assert!(all_arrived, "after the outage every job arrives: {} of {JOBS}", arrived.len());
-    let all_finished = eventually(Duration::from_secs(15), || async {
-        harness.queue.stats().await.unwrap().live.iter().all(|topic| topic.delay + topic.ready + topic.reserved == 0)
-    })
-    .await;
+    let all_finished = harness.drains(Duration::from_secs(15)).await;
     assert!(all_finished, "every job is finished once confirmed");
     let duplicates: usize = arrived.values().map(|count| count - 1).sum();
     assert!(duplicates as u64 <= counters.unconfirmed() + counters.unfinished(), "duplicates are counted");
-
-    consumer.abort();
-    broker.delete_queue(&queue).await;
+    broker.remove(queue).await;
 }
 
 /// Returns the ids of the jobs the store knows as finished.
@@ -363,37 +319,20 @@ impl Destination for QueueDestination {
 async fn the_rabbitmq_sink_passes_the_conformance_checks() {
     let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
     let broker = Broker::connect(&url).await;
-    let queue = unique_name("delayq-fwd-conformance");
-    broker.declare_queue(&queue).await;
-    let (arrivals, consumer) = broker.consume(&queue).await;
-    let sink = RabbitSink::new(&url, "", &queue, Duration::from_secs(5)).unwrap();
-    let destination = QueueDestination(arrivals);
+    let queue = broker.queue("delayq-fwd-conformance").await;
+    let sink = RabbitSink::new(&url, "", &queue.name, Duration::from_secs(5)).unwrap();
+    let destination = QueueDestination(Arc::clone(&queue.arrivals));
     testsuite::confirms_every_job_with_its_headers_and_body(&sink, &destination).await;
     testsuite::an_empty_batch_publishes_nothing(&sink, &destination).await;
-    consumer.abort();
-    broker.delete_queue(&queue).await;
+    broker.remove(queue).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_routing_key_past_255_bytes_fails_its_job_alone_and_its_batch_mates_arrive_once() {
     let Some(url) = service("DELAYQ_TEST_AMQP_URL") else { return };
     let broker = Broker::connect(&url).await;
-    let exchange = unique_name("delayq-fwd-bytes-x");
-    let queue = unique_name("delayq-fwd-bytes-q");
-    broker.declare_exchange(&exchange).await;
-    broker.declare_queue(&queue).await;
-    broker
-        .channel
-        .queue_bind(
-            queue.as_str().into(),
-            exchange.as_str().into(),
-            "#".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let (arrivals, consumer) = broker.consume(&queue).await;
+    let queue = broker.bound_queue("delayq-fwd-bytes", "#").await;
+    let (exchange, arrivals) = (queue.exchange.clone().unwrap(), Arc::clone(&queue.arrivals));
     let sink = Arc::new(RabbitSink::new(&url, &exchange, "{topic}.{subtopic}", Duration::from_secs(5)).unwrap());
     let harness = Harness::start(&["bytes.*"], sink, |_| {}).await;
 
@@ -410,17 +349,9 @@ async fn a_routing_key_past_255_bytes_fails_its_job_alone_and_its_batch_mates_ar
 
     let all_arrived = eventually(Duration::from_secs(15), || async { arrivals_by_id(&arrivals).len() >= 99 }).await;
     assert!(all_arrived, "only {} of the 99 batch-mates arrived", arrivals_by_id(&arrivals).len());
-    let dead = eventually(Duration::from_secs(15), || async { harness.state(&big).await == JobState::Dead }).await;
+    let dead = harness.reaches(&big, JobState::Dead, Duration::from_secs(15)).await;
     assert!(dead, "the job whose routing key the broker cannot take is dead after maxRetries");
-    let all_finished = eventually(Duration::from_secs(10), || async {
-        for id in &ordinary {
-            if harness.state(id).await != JobState::Finished {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
+    let all_finished = harness.all_reach(&ordinary, JobState::Finished, Duration::from_secs(10)).await;
     assert!(all_finished, "every batch-mate is finished");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let counts = arrivals_by_id(&arrivals);
@@ -432,8 +363,5 @@ async fn a_routing_key_past_255_bytes_fails_its_job_alone_and_its_batch_mates_ar
     let counters = harness.route().counters();
     assert_eq!((counters.published(), counters.failed(), counters.dead()), (99, 2, 1));
     assert_eq!(counters.unconfirmed(), 0, "a refused destination is not a possible duplicate");
-
-    consumer.abort();
-    broker.delete_queue(&queue).await;
-    broker.delete_exchange(&exchange).await;
+    broker.remove(queue).await;
 }

@@ -12,10 +12,11 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::routing::{any, post};
 use axum::Router;
-use common::{eventually, Harness};
+use common::Harness;
 use delayq_common::{JobState, Topic};
 use delayq_forward::testsuite::{self, Delivered, Destination};
 use delayq_forward::{webhook_signature, WebhookSink};
+use delayq_testkit::eventually;
 use serde_json::{json, Value};
 
 /// One request the test server received.
@@ -74,8 +75,7 @@ async fn a_webhook_answering_500_twice_gets_the_job_on_the_third_attempt_after_t
         })])
         .await;
     let id = &ids[0];
-    let finished =
-        eventually(Duration::from_secs(20), || async { harness.state(id).await == JobState::Finished }).await;
+    let finished = harness.reaches(id, JobState::Finished, Duration::from_secs(20)).await;
     assert!(finished, "the job is finished once the webhook answered 200");
 
     let received = received.lock().unwrap().clone();
@@ -111,7 +111,7 @@ async fn a_job_is_dead_after_max_retries_of_failed_posts() {
         .push_all(vec![json!({"topic": "hook.dead", "body": "x", "maxRetries": 1, "retryBackoff": [100]})])
         .await;
     let id = &ids[0];
-    let dead = eventually(Duration::from_secs(15), || async { harness.state(id).await == JobState::Dead }).await;
+    let dead = harness.reaches(id, JobState::Dead, Duration::from_secs(15)).await;
     assert!(dead, "out of retries after two failed posts");
     assert_eq!(received.lock().unwrap().len(), 2, "maxRetries 1: the first delivery and one retry");
     assert!(received.lock().unwrap().iter().all(|request| request.headers.get("delayq-signature").is_none()));
@@ -126,8 +126,7 @@ async fn topics_without_a_route_stay_pull() {
     let ids = harness
         .push_all(vec![json!({"topic": "pull.only", "body": "p"}), json!({"topic": "hook.routed", "body": "r"})])
         .await;
-    let routed_done =
-        eventually(Duration::from_secs(10), || async { harness.state(&ids[1]).await == JobState::Finished }).await;
+    let routed_done = harness.reaches(&ids[1], JobState::Finished, Duration::from_secs(10)).await;
     assert!(routed_done);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(harness.state(&ids[0]).await, JobState::Ready, "nobody forwards an unrouted topic");
@@ -157,8 +156,7 @@ async fn an_unreachable_webhook_keeps_the_job_until_it_answers() {
     let app = Router::new().route("/due", post(due)).with_state(endpoint);
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let finished =
-        eventually(Duration::from_secs(10), || async { harness.state(&ids[0]).await == JobState::Finished }).await;
+    let finished = harness.reaches(&ids[0], JobState::Finished, Duration::from_secs(10)).await;
     assert!(finished, "delivered once the endpoint is up (204 is a 2xx)");
     assert_eq!(received.lock().unwrap().len(), 1);
 }
@@ -202,7 +200,7 @@ async fn a_redirect_is_a_failed_delivery_and_is_never_followed() {
             .push_all(vec![json!({"topic": "hook.moved", "body": "x", "maxRetries": 1, "retryBackoff": [100]})])
             .await;
         let id = &ids[0];
-        let dead = eventually(Duration::from_secs(15), || async { harness.state(id).await == JobState::Dead }).await;
+        let dead = harness.reaches(id, JobState::Dead, Duration::from_secs(15)).await;
         assert!(dead, "{status}: a redirect is a failure; the job is dead after maxRetries, not finished");
         assert_eq!(received.lock().unwrap().len(), 2, "{status}: the first delivery and one retry");
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -8,8 +8,11 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{config, eventually, remove_root, start, unique_root, wait_kind, wait_role, zookeeper, RoleRecorder};
+use common::{
+    config, remove_root, resign_all, start, unique_root, wait_kind, wait_role, zookeeper, RoleRecorder, DEADLINE,
+};
 use delayq_ha::{Leadership, RoleKind, ZkConfig, ZookeeperLeadership};
+use delayq_testkit::eventually;
 
 /// Starts candidates one after another, so the first one started leads.
 async fn start_in_order(connect: &str, root: &str, names: &[&str]) -> Vec<ZookeeperLeadership> {
@@ -23,9 +26,20 @@ async fn start_in_order(connect: &str, root: &str, names: &[&str]) -> Vec<Zookee
     candidates
 }
 
+/// The three candidates most checks start, in the order they start.
+const THREE: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+/// Starts the [`THREE`] candidates in order and waits until they agree that
+/// node-a leads them all; returns them and node-a's epoch.
+async fn three_led_by_the_first(connect: &str, root: &str) -> (Vec<ZookeeperLeadership>, u64) {
+    let nodes = start_in_order(connect, root, &THREE).await;
+    let epoch = wait_agreement(&nodes.iter().collect::<Vec<_>>(), "node-a", &THREE).await;
+    (nodes, epoch)
+}
+
 /// Waits until every candidate sees `leader` leading `members`, exactly one of them as leader.
 async fn wait_agreement(candidates: &[&ZookeeperLeadership], leader: &str, members: &[&str]) -> u64 {
-    eventually("agreement on leader and members", || {
+    let agreed_epoch = eventually(DEADLINE, || async {
         let roles: Vec<_> = candidates.iter().map(|candidate| candidate.role().borrow().clone()).collect();
         let leaders = roles.iter().filter(|role| role.kind == RoleKind::Leader).count();
         let followers = roles.iter().filter(|role| role.kind == RoleKind::Follower).count();
@@ -33,7 +47,8 @@ async fn wait_agreement(candidates: &[&ZookeeperLeadership], leader: &str, membe
         let agreed = roles.iter().all(|role| role.leader.as_deref() == Some(leader) && role.members == members);
         (leaders == 1 && followers + 1 == roles.len() && epochs.len() == 1 && agreed).then(|| roles[0].epoch)
     })
-    .await
+    .await;
+    agreed_epoch.unwrap_or_else(|| panic!("timed out after {DEADLINE:?} waiting for agreement on leader and members"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -58,14 +73,10 @@ async fn single_candidate_becomes_leader() {
 async fn three_candidates_elect_exactly_one_leader() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let nodes = start_in_order(&zk, &root, &["node-a", "node-b", "node-c"]).await;
-    let all: Vec<&ZookeeperLeadership> = nodes.iter().collect();
-    let epoch = wait_agreement(&all, "node-a", &["node-a", "node-b", "node-c"]).await;
+    let (nodes, epoch) = three_led_by_the_first(&zk, &root).await;
     assert!(nodes[0].holds_leadership(epoch));
     assert!(!nodes[1].holds_leadership(epoch) && !nodes[2].holds_leadership(epoch));
-    for node in &nodes {
-        node.resign().await;
-    }
+    resign_all(&nodes).await;
     remove_root(&zk, &root).await;
 }
 
@@ -73,9 +84,8 @@ async fn three_candidates_elect_exactly_one_leader() {
 async fn resigned_leader_hands_over_with_a_higher_epoch() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let nodes = start_in_order(&zk, &root, &["node-a", "node-b", "node-c"]).await;
+    let (nodes, first_epoch) = three_led_by_the_first(&zk, &root).await;
     let all: Vec<&ZookeeperLeadership> = nodes.iter().collect();
-    let first_epoch = wait_agreement(&all, "node-a", &["node-a", "node-b", "node-c"]).await;
 
     let ((), handover) = common::timed(async {
         nodes[0].resign().await;
@@ -112,9 +122,8 @@ async fn dropped_leader_hands_over() {
 async fn departing_follower_leaves_the_leader_alone() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let nodes = start_in_order(&zk, &root, &["node-a", "node-b", "node-c"]).await;
+    let (nodes, epoch) = three_led_by_the_first(&zk, &root).await;
     let all: Vec<&ZookeeperLeadership> = nodes.iter().collect();
-    let epoch = wait_agreement(&all, "node-a", &["node-a", "node-b", "node-c"]).await;
     let recorder = RoleRecorder::start(nodes[0].role());
 
     nodes[2].resign().await;
@@ -124,9 +133,7 @@ async fn departing_follower_leaves_the_leader_alone() {
     for (_, seen) in recorder.finish().await {
         assert_eq!((seen.kind, seen.epoch), (RoleKind::Leader, epoch), "the leader flapped");
     }
-    for node in &nodes[..2] {
-        node.resign().await;
-    }
+    resign_all(&nodes[..2]).await;
     remove_root(&zk, &root).await;
 }
 
@@ -146,8 +153,7 @@ async fn live_candidates_get_distinct_worker_ids() {
     let config = ZkConfig { preferred_worker_id: Some(1022), ..config(&zk, &root, "node-e") };
     let newcomer = start(config).await;
     assert_eq!(newcomer.worker_id(), 1023, "a released id is handed out again");
-    for node in nodes.iter().chain([&newcomer]) {
-        node.resign().await;
-    }
+    resign_all(&nodes).await;
+    newcomer.resign().await;
     remove_root(&zk, &root).await;
 }

@@ -8,21 +8,37 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::proxy::{Link, ZkProxy};
 use common::{
-    config, eventually, remove_root, start, unique_root, wait_kind, zookeeper, RoleRecorder, SESSION_TIMEOUT,
+    config, remove_root, start, unique_root, wait_kind, zk_proxy, zookeeper, RoleRecorder, DEADLINE, SESSION_TIMEOUT,
 };
-use delayq_ha::{Leadership, RoleKind};
+use delayq_ha::{Leadership, Role, RoleKind, ZookeeperLeadership};
+use delayq_testkit::{eventually, FaultProxy, Link};
+
+/// node-a, leading, and node-b, following; node-a reaches ZooKeeper through the proxy.
+struct ProxiedLeader {
+    proxy: FaultProxy,
+    leader: ZookeeperLeadership,
+    term: Role,
+    follower: ZookeeperLeadership,
+}
+
+/// Starts node-a through a proxy, waits until it leads, then starts node-b
+/// straight to ZooKeeper and waits until it follows.
+async fn proxied_leader_and_follower(zk: &str, root: &str) -> ProxiedLeader {
+    let proxy = zk_proxy(zk, Link::Up).await;
+    let leader = start(config(&proxy.address().to_string(), root, "node-a")).await;
+    let term = wait_kind(&mut leader.role(), RoleKind::Leader).await;
+    let follower = start(config(zk, root, "node-b")).await;
+    wait_kind(&mut follower.role(), RoleKind::Follower).await;
+    ProxiedLeader { proxy, leader, term, follower }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn partitioned_leader_steps_down_before_a_successor_is_elected() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let proxy = ZkProxy::start(&zk, Link::Up).await;
-    let partitioned = start(config(&proxy.connect_string(), &root, "node-a")).await;
-    let old_term = wait_kind(&mut partitioned.role(), RoleKind::Leader).await;
-    let successor = start(config(&zk, &root, "node-b")).await;
-    wait_kind(&mut successor.role(), RoleKind::Follower).await;
+    let ProxiedLeader { proxy, leader: partitioned, term: old_term, follower: successor } =
+        proxied_leader_and_follower(&zk, &root).await;
     let old_recorder = RoleRecorder::start(partitioned.role());
     let new_recorder = RoleRecorder::start(successor.role());
 
@@ -57,11 +73,12 @@ async fn partitioned_leader_steps_down_before_a_successor_is_elected() {
     proxy.set(Link::Up);
     let rejoined = wait_kind(&mut partitioned.role(), RoleKind::Follower).await;
     assert_eq!(rejoined.leader.as_deref(), Some("node-b"));
-    eventually("the rejoined node in the members", || {
+    let rejoined_members = eventually(DEADLINE, || async {
         let role = partitioned.role().borrow().clone();
-        (role.members == ["node-a", "node-b"] && role.epoch == new_term.epoch).then_some(())
+        role.members == ["node-a", "node-b"] && role.epoch == new_term.epoch
     })
     .await;
+    assert!(rejoined_members, "timed out after {DEADLINE:?} waiting for the rejoined node in the members");
     assert!(successor.holds_leadership(new_term.epoch));
     assert_ne!(partitioned.worker_id(), successor.worker_id());
     let rejoin_history = rejoin_recorder.finish().await;
@@ -76,11 +93,8 @@ async fn partitioned_leader_steps_down_before_a_successor_is_elected() {
 async fn cut_connection_fences_at_once_and_ends_with_one_leader() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let proxy = ZkProxy::start(&zk, Link::Up).await;
-    let cut = start(config(&proxy.connect_string(), &root, "node-a")).await;
-    let first_term = wait_kind(&mut cut.role(), RoleKind::Leader).await;
-    let other = start(config(&zk, &root, "node-b")).await;
-    wait_kind(&mut other.role(), RoleKind::Follower).await;
+    let ProxiedLeader { proxy, leader: cut, term: first_term, follower: other } =
+        proxied_leader_and_follower(&zk, &root).await;
 
     proxy.set(Link::Down);
     let (fenced, fence_delay) = common::timed(wait_kind(&mut cut.role(), RoleKind::Disconnected)).await;
@@ -93,7 +107,7 @@ async fn cut_connection_fences_at_once_and_ends_with_one_leader() {
     // The session survives a short cut: node-a leads again in a new term; had it expired,
     // node-b would lead. Either way there is exactly one leader and both agree on it.
     let nodes = [&cut, &other];
-    let (leader, epoch) = eventually("one leader after reconnecting", || {
+    let one_leader = eventually(DEADLINE, || async {
         let roles: Vec<_> = nodes.iter().map(|node| node.role().borrow().clone()).collect();
         let leaders: Vec<_> = roles.iter().filter(|role| role.kind == RoleKind::Leader).collect();
         let followers = roles.iter().filter(|role| role.kind == RoleKind::Follower).count();
@@ -102,6 +116,8 @@ async fn cut_connection_fences_at_once_and_ends_with_one_leader() {
         (followers == 1 && agreed && role_has_two_members(&roles)).then(|| (leader.leader.clone(), leader.epoch))
     })
     .await;
+    let (leader, epoch) =
+        one_leader.unwrap_or_else(|| panic!("timed out after {DEADLINE:?} waiting for one leader after reconnecting"));
     assert!(epoch > first_term.epoch, "a new term after the cut, epoch {epoch} vs {}", first_term.epoch);
     println!("leader after the cut: {leader:?}, epoch {epoch}");
 

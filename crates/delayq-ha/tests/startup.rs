@@ -7,9 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::proxy::{Link, ZkProxy};
-use common::{config, remove_root, timed, unique_root, wait_kind, zookeeper};
+use common::{config, remove_root, timed, unique_root, wait_kind, zk_proxy, zookeeper};
 use delayq_ha::{HaError, Leadership, Role, RoleKind, Standalone, ZkConfig, ZookeeperLeadership};
+use delayq_testkit::{free_port, Link};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
@@ -28,10 +28,7 @@ async fn standalone_always_leads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_zookeeper_leaves_the_node_disconnected() {
-    let closed_port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    let closed_port = free_port();
     let config = ZkConfig {
         preferred_worker_id: Some(42),
         ..config(&format!("127.0.0.1:{closed_port}"), "/delayq-unreachable", "node-a")
@@ -54,10 +51,12 @@ async fn unreachable_zookeeper_leaves_the_node_disconnected() {
 async fn zookeeper_reachable_later_is_joined() {
     let Some(zk) = zookeeper() else { return };
     let root = unique_root();
-    let proxy = ZkProxy::start(&zk, Link::Down).await;
-    let (started, startup) =
-        timed(ZookeeperLeadership::start(config(&proxy.connect_string(), &root, "node-a"), CancellationToken::new()))
-            .await;
+    let proxy = zk_proxy(&zk, Link::Down).await;
+    let (started, startup) = timed(ZookeeperLeadership::start(
+        config(&proxy.address().to_string(), &root, "node-a"),
+        CancellationToken::new(),
+    ))
+    .await;
     let node = started.unwrap();
     assert!(startup < Duration::from_secs(3), "start blocked for {startup:?}");
     assert_eq!(node.role().borrow().kind, RoleKind::Disconnected);

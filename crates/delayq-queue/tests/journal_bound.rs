@@ -4,13 +4,14 @@
 //! database takes writes again the journal drains and pops resume.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use delayq_common::{ErrorKind, JobState, Snowflake, Timestamp, Topic};
 use delayq_queue::{DelayQueue, MemoryScheduler, QueueSettings};
 use delayq_store::sqlite::DATABASE_FILE_NAME;
 use delayq_store::testsuite::SqliteWriteLock;
 use delayq_store::{SqliteStore, StoreOptions};
+use delayq_testkit::eventually;
 
 mod common;
 
@@ -47,11 +48,8 @@ async fn pops_and_timer_rounds_refuse_while_the_journal_is_full() {
     assert_eq!(ready, 10 - BOUND as u64, "refused pops reserved nothing");
 
     lock.release().await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while queue.store().journal_backlog() > 0 {
-        assert!(Instant::now() < deadline, "the journal drains once the database takes writes");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let drained = eventually(Duration::from_secs(20), || async { queue.store().journal_backlog() == 0 }).await;
+    assert!(drained, "the journal drains once the database takes writes");
     let popped = queue.pop(&topic, 1, Duration::ZERO).await.expect("pops resume");
     assert_eq!(popped.len(), 1);
     queue.store().flush().await.expect("flush");

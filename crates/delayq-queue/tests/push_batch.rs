@@ -9,89 +9,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, PushRequest, Snowflake, Timestamp, Topic};
-use delayq_queue::{
-    DelayQueue, MemoryScheduler, Promotion, QueueError, QueueResult, QueueSettings, Scheduler, TopicStats,
-};
+use common::intercept::{Intercept, Intercepted};
+use delayq_common::{Job, JobId, PushRequest, Snowflake, Topic};
+use delayq_queue::{DelayQueue, MemoryScheduler, QueueError, QueueResult, QueueSettings, Scheduler};
 use delayq_store::{JobStore, SqliteStore};
-use tokio::sync::Notify;
 
 mod common;
 
 const JOBS: usize = 1000;
 
-/// The memory scheduler, with every `schedule_batch` call from the
-/// `fail_from`-th on (counting from 0) failing as a backend that went away.
+/// Every `schedule_batch` call from the `fail_from`-th on (counting from 0)
+/// fails as a backend that went away.
 struct FailingFrom {
-    inner: MemoryScheduler,
     calls: AtomicUsize,
     fail_from: usize,
 }
 
-impl FailingFrom {
-    fn new(fail_from: usize) -> FailingFrom {
-        FailingFrom { inner: MemoryScheduler::new(), calls: AtomicUsize::new(0), fail_from }
-    }
-}
-
 #[async_trait]
-impl Scheduler for FailingFrom {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-    async fn schedule(&self, job: &Job) -> QueueResult<()> {
-        self.inner.schedule(job).await
-    }
-    async fn schedule_batch(&self, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
+impl Intercept for FailingFrom {
+    async fn schedule_batch(&self, inner: &dyn Scheduler, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
         if self.calls.fetch_add(1, Ordering::SeqCst) >= self.fail_from {
             return Err(QueueError::Unavailable { backend: "memory", source: "the scheduler went away".into() });
         }
-        self.inner.schedule_batch(jobs).await
-    }
-    async fn restore(&self, job: &Job) -> QueueResult<bool> {
-        self.inner.restore(job).await
-    }
-    async fn replace(&self, job: &Job) -> QueueResult<Job> {
-        self.inner.replace(job).await
-    }
-    async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
-        self.inner.reserve(topic, count, wait).await
-    }
-    async fn finish(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
-        self.inner.finish(id, attempt).await
-    }
-    async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
-        self.inner.nack(id, attempt, delay).await
-    }
-    async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
-        self.inner.touch(id, attempt).await
-    }
-    async fn delete(&self, id: &JobId) -> QueueResult<Job> {
-        self.inner.delete(id).await
-    }
-    async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
-        self.inner.get(id).await
-    }
-    async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion> {
-        self.inner.promote_due(now, max_batch).await
-    }
-    fn wakeup(&self) -> Arc<Notify> {
-        self.inner.wakeup()
-    }
-    async fn stats(&self) -> QueueResult<Vec<TopicStats>> {
-        self.inner.stats().await
-    }
-    async fn clear(&self) -> QueueResult<u64> {
-        self.inner.clear().await
-    }
-    async fn ping(&self) -> QueueResult<()> {
-        self.inner.ping().await
+        inner.schedule_batch(jobs).await
     }
 }
 
 struct Setup {
     queue: DelayQueue,
-    scheduler: Arc<FailingFrom>,
+    scheduler: Arc<Intercepted<FailingFrom>>,
     store: Arc<SqliteStore>,
     _dir: tempfile::TempDir,
 }
@@ -99,7 +45,8 @@ struct Setup {
 async fn setup(fail_from: usize) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(SqliteStore::open_in(dir.path(), "batch-test".to_owned()).await.expect("sqlite store"));
-    let scheduler = Arc::new(FailingFrom::new(fail_from));
+    let failing = FailingFrom { calls: AtomicUsize::new(0), fail_from };
+    let scheduler = Arc::new(Intercepted::new(Arc::new(MemoryScheduler::new()), failing));
     let queue = DelayQueue::new(
         Arc::clone(&scheduler) as Arc<dyn Scheduler>,
         Arc::clone(&store) as Arc<dyn JobStore>,

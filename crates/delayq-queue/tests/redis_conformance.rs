@@ -5,7 +5,6 @@
 //! Every test gets its own key prefix, so tests share the server safely and
 //! the exclusive checks (`clear`) only wipe their own keys.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +14,7 @@ use delayq_queue::{QueueError, Scheduler};
 mod common;
 
 use common::{connect, job, topic, unique_prefix};
-use delayq_testkit::service;
+use delayq_testkit::{eventually, service, RedisProcess};
 
 const URL_VARIABLE: &str = "DELAYQ_TEST_REDIS_URL";
 
@@ -148,70 +147,21 @@ async fn stale_leader_is_fenced() {
     old_leader.promote_due(Timestamp::now(), 100).await.expect("a later term promotes");
 }
 
-/// A private `redis-server` on a free port, killed when dropped.
-struct RedisProcess {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
+/// Returns the numeric `field` of `INFO section` of `server`.
+fn info(server: &RedisProcess, section: &str, field: &str) -> f64 {
+    let text = server.cli(&["info", section]);
+    let prefix = format!("{field}:");
+    let value = text.lines().find_map(|line| line.strip_prefix(prefix.as_str())).expect("the field");
+    value.trim().parse().expect("a number")
 }
 
-impl RedisProcess {
-    /// Starts one, or returns `None` when `redis-server` is not installed
-    /// (a failure under `DELAYQ_TEST_REQUIRE_SERVICES=1`).
-    fn start(port: Option<u16>) -> Option<RedisProcess> {
-        let port = port.unwrap_or_else(delayq_testkit::free_port);
-        let dir = tempfile::tempdir().expect("temp dir");
-        let spawned = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = match spawned {
-            Ok(child) => child,
-            Err(error) => {
-                delayq_testkit::skip(&format!("cannot start redis-server: {error}"));
-                return None;
-            }
-        };
-        let process = RedisProcess { child, port, _dir: dir };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(10), "redis-server on {port} did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(process)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Returns the numeric `field` of `INFO section`.
-    fn info(&self, section: &str, field: &str) -> f64 {
-        let output = Command::new("redis-cli").args(["-p", &self.port.to_string(), "info", section]).output();
-        let text = String::from_utf8(output.expect("redis-cli").stdout).expect("utf-8");
-        let prefix = format!("{field}:");
-        let value = text.lines().find_map(|line| line.strip_prefix(prefix.as_str())).expect("the field");
-        value.trim().parse().expect("a number")
-    }
-
-    fn used_memory(&self) -> u64 {
-        self.info("memory", "used_memory") as u64
-    }
-
-    /// Returns the CPU seconds the server used so far.
-    fn cpu_seconds(&self) -> f64 {
-        self.info("cpu", "used_cpu_user") + self.info("cpu", "used_cpu_sys")
-    }
+fn used_memory(server: &RedisProcess) -> u64 {
+    info(server, "memory", "used_memory") as u64
 }
 
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Returns the CPU seconds `server` used so far.
+fn cpu_seconds(server: &RedisProcess) -> f64 {
+    info(server, "cpu", "used_cpu_user") + info(server, "cpu", "used_cpu_sys")
 }
 
 /// Expects `call` to fail as unavailable (naming redis) within about a second.
@@ -233,8 +183,8 @@ async fn expect_unavailable<T: std::fmt::Debug>(
 /// back, calls succeed again and long-polls are woken again, without a new scheduler.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survives_a_redis_restart() {
-    let Some(server) = RedisProcess::start(None) else { return };
-    let port = server.port;
+    let Some(server) = RedisProcess::start().await else { return };
+    let port = server.port();
     let scheduler = Arc::new(connect(&server.url(), "restart").await);
     let queue = topic("restart");
     scheduler.schedule(&job("1", &queue, Timestamp::now(), 10)).await.expect("schedule while up");
@@ -247,12 +197,10 @@ async fn survives_a_redis_restart() {
     expect_unavailable("stats", scheduler.stats()).await;
     expect_unavailable("ping", scheduler.ping()).await;
 
-    let _server = RedisProcess::start(Some(port)).expect("restart redis-server");
+    let _server = RedisProcess::start_on(port).await.expect("restart redis-server");
     let back = Instant::now();
-    while scheduler.ping().await.is_err() {
-        assert!(back.elapsed() < Duration::from_secs(10), "no recovery after redis came back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let recovered = eventually(Duration::from_secs(10), || scheduler.ping()).await;
+    assert!(recovered.is_ok(), "no recovery after redis came back");
     println!("calls succeed again {:?} after redis came back", back.elapsed());
     // The restarted server is empty: the job pushed before is gone (restore's job), new ones work.
     assert_eq!(scheduler.get(&JobId::parse("1").expect("id")).await.expect("get"), None);
@@ -280,7 +228,7 @@ async fn survives_a_redis_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement; run with --ignored --nocapture"]
 async fn measure_memory_per_delayed_job() {
-    let Some(server) = RedisProcess::start(None) else { return };
+    let Some(server) = RedisProcess::start().await else { return };
     let scheduler = connect(&server.url(), "delayq").await;
     let queue = topic("bench.w3");
     for jobs in [100_000u64, 200_000] {
@@ -288,7 +236,7 @@ async fn measure_memory_per_delayed_job() {
         let warm_up = job("1", &queue, Timestamp::now().plus(Duration::from_secs(3_600)), 100);
         scheduler.schedule(&warm_up).await.expect("warm-up schedule");
         scheduler.clear().await.expect("clear");
-        let before = server.used_memory();
+        let before = used_memory(&server);
         let run_at = Timestamp::now().plus(Duration::from_secs(3_600));
         let first_id = 1_900_000_000_000_000_000u64;
         for chunk in 0..jobs / 1_000 {
@@ -298,7 +246,7 @@ async fn measure_memory_per_delayed_job() {
                 outcome.expect("scheduled");
             }
         }
-        let after = server.used_memory();
+        let after = used_memory(&server);
         println!("{jobs} delayed jobs: {} bytes of used_memory per job", (after - before) / jobs);
     }
 }
@@ -309,7 +257,7 @@ async fn measure_memory_per_delayed_job() {
 #[ignore = "measurement; run with --ignored --nocapture"]
 async fn measure_schedule_throughput() {
     const JOBS: u64 = 100_000;
-    let Some(server) = RedisProcess::start(None) else { return };
+    let Some(server) = RedisProcess::start().await else { return };
     let scheduler = Arc::new(connect(&server.url(), "delayq").await);
     let queue = topic("bench.w1");
     let make = |n: u64| {
@@ -322,12 +270,12 @@ async fn measure_schedule_throughput() {
     };
 
     let jobs: Vec<Job> = (0..JOBS).map(make).collect();
-    let (started, cpu) = (Instant::now(), server.cpu_seconds());
+    let (started, cpu) = (Instant::now(), cpu_seconds(&server));
     for batch in jobs.chunks(1_000) {
         scheduler.schedule_batch(batch).await.expect("schedule_batch");
     }
     let elapsed = started.elapsed();
-    let cpu_per_job = (server.cpu_seconds() - cpu) * 1e6 / JOBS as f64;
+    let cpu_per_job = (cpu_seconds(&server) - cpu) * 1e6 / JOBS as f64;
     println!(
         "schedule_batch(1000): {:.0} jobs/s, redis cpu {cpu_per_job:.1} us/job",
         JOBS as f64 / elapsed.as_secs_f64()
@@ -336,7 +284,7 @@ async fn measure_schedule_throughput() {
     scheduler.clear().await.expect("clear");
     let jobs = Arc::new((0..JOBS).map(make).collect::<Vec<Job>>());
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (started, cpu) = (Instant::now(), server.cpu_seconds());
+    let (started, cpu) = (Instant::now(), cpu_seconds(&server));
     let lanes: Vec<_> = (0..50)
         .map(|_| {
             let (scheduler, jobs, next) = (Arc::clone(&scheduler), Arc::clone(&jobs), Arc::clone(&next));
@@ -353,7 +301,7 @@ async fn measure_schedule_throughput() {
         lane.await.expect("lane");
     }
     let elapsed = started.elapsed();
-    let cpu_per_job = (server.cpu_seconds() - cpu) * 1e6 / JOBS as f64;
+    let cpu_per_job = (cpu_seconds(&server) - cpu) * 1e6 / JOBS as f64;
     println!(
         "schedule, 50 in flight: {:.0} jobs/s, redis cpu {cpu_per_job:.1} us/job",
         JOBS as f64 / elapsed.as_secs_f64()
@@ -368,7 +316,7 @@ async fn measure_schedule_throughput() {
 #[ignore = "measurement; run with --ignored --nocapture"]
 async fn measure_lateness() {
     const JOBS: u64 = 20_000;
-    let Some(server) = RedisProcess::start(None) else { return };
+    let Some(server) = RedisProcess::start().await else { return };
     let scheduler = Arc::new(connect(&server.url(), "delayq").await);
     let queue = topic("bench.w2");
     let timer = {
@@ -449,7 +397,7 @@ async fn measure_lateness() {
 /// exactly once, and `clear` is not mistaken for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notices_lost_data() {
-    let Some(server) = RedisProcess::start(None) else { return };
+    let Some(server) = RedisProcess::start().await else { return };
     let scheduler = connect(&server.url(), "loss").await;
     assert!(!scheduler.check_intact().await.expect("check"), "a never-marked redis counts as lost");
     assert!(scheduler.check_intact().await.expect("check"), "marked by the first check");
@@ -458,8 +406,7 @@ async fn notices_lost_data() {
     scheduler.clear().await.expect("clear");
     assert!(scheduler.check_intact().await.expect("check"), "clear keeps the marks");
 
-    let flushed = Command::new("redis-cli").args(["-p", &server.port.to_string(), "flushall"]).status();
-    assert!(flushed.expect("redis-cli").success());
+    server.cli(&["flushall"]);
     // Something arrives before the check: the shards it created carry no mark.
     scheduler.schedule(&job("2", &queue, Timestamp::now(), 10)).await.expect("schedule");
     assert!(!scheduler.check_intact().await.expect("check"), "FLUSHALL is noticed");

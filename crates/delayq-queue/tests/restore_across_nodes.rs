@@ -13,19 +13,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, Snowflake, Timestamp, Topic};
-use delayq_queue::{DelayQueue, Promotion, QueueResult, QueueSettings, RestoreFence, Scheduler, TopicStats};
+use common::intercept::{Intercept, Intercepted};
+use delayq_common::{Job, JobId, Snowflake, Topic};
+use delayq_queue::{DelayQueue, QueueResult, QueueSettings, RestoreFence, Scheduler};
 use delayq_store::{JobStore, MysqlStore};
-use tokio::sync::Notify;
 
 mod common;
 
 const JOBS: usize = 20;
 const POP_WAIT: Duration = Duration::from_millis(500);
 
-/// Node A's scheduler: around the first restore write, node B consumes.
+/// What node A's scheduler does around its first restore write: node B consumes.
 struct ConsumedDuringRestore {
-    inner: Arc<dyn Scheduler>,
     other_node: Arc<DelayQueue>,
     topic: Topic,
     armed: AtomicBool,
@@ -60,63 +59,12 @@ impl ConsumedDuringRestore {
 }
 
 #[async_trait]
-impl Scheduler for ConsumedDuringRestore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
+impl Intercept for ConsumedDuringRestore {
+    async fn restore(&self, inner: &dyn Scheduler, job: &Job) -> QueueResult<bool> {
+        self.around_restore_write(inner.restore(job)).await
     }
-    async fn schedule(&self, job: &Job) -> QueueResult<()> {
-        self.inner.schedule(job).await
-    }
-    async fn restore(&self, job: &Job) -> QueueResult<bool> {
-        self.around_restore_write(self.inner.restore(job)).await
-    }
-    async fn open_restore(&self) -> QueueResult<RestoreFence> {
-        self.inner.open_restore().await
-    }
-    async fn restore_batch(&self, jobs: &[Job], fence: &RestoreFence) -> QueueResult<Vec<bool>> {
-        self.around_restore_write(self.inner.restore_batch(jobs, fence)).await
-    }
-    fn is_external(&self) -> bool {
-        self.inner.is_external()
-    }
-    async fn check_intact(&self) -> QueueResult<bool> {
-        self.inner.check_intact().await
-    }
-    async fn replace(&self, job: &Job) -> QueueResult<Job> {
-        self.inner.replace(job).await
-    }
-    async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
-        self.inner.reserve(topic, count, wait).await
-    }
-    async fn finish(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
-        self.inner.finish(id, attempt).await
-    }
-    async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
-        self.inner.nack(id, attempt, delay).await
-    }
-    async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
-        self.inner.touch(id, attempt).await
-    }
-    async fn delete(&self, id: &JobId) -> QueueResult<Job> {
-        self.inner.delete(id).await
-    }
-    async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
-        self.inner.get(id).await
-    }
-    async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion> {
-        self.inner.promote_due(now, max_batch).await
-    }
-    fn wakeup(&self) -> Arc<Notify> {
-        self.inner.wakeup()
-    }
-    async fn stats(&self) -> QueueResult<Vec<TopicStats>> {
-        self.inner.stats().await
-    }
-    async fn clear(&self) -> QueueResult<u64> {
-        self.inner.clear().await
-    }
-    async fn ping(&self) -> QueueResult<()> {
-        self.inner.ping().await
+    async fn restore_batch(&self, inner: &dyn Scheduler, jobs: &[Job], fence: &RestoreFence) -> QueueResult<Vec<bool>> {
+        self.around_restore_write(inner.restore_batch(jobs, fence)).await
     }
 }
 
@@ -144,14 +92,15 @@ async fn a_job_finished_on_another_node_during_restore_is_not_delivered_again() 
         Snowflake::new(2),
         QueueSettings::default(),
     ));
-    let scheduler_a = Arc::new(ConsumedDuringRestore {
-        inner: Arc::new(common::connect(&redis_url, &prefix).await),
+    let consumed_during_restore = ConsumedDuringRestore {
         other_node: Arc::clone(&node_b),
         topic: topic.clone(),
         armed: AtomicBool::new(false),
         finished: Mutex::default(),
         popped_after: Mutex::default(),
-    });
+    };
+    let scheduler_a =
+        Arc::new(Intercepted::new(Arc::new(common::connect(&redis_url, &prefix).await), consumed_during_restore));
     let store_a: Arc<dyn JobStore> = Arc::new(store_a);
     let node_a = DelayQueue::new(
         Arc::clone(&scheduler_a) as Arc<dyn Scheduler>,

@@ -12,12 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::intercept::{Intercept, Intercepted};
 use delayq_common::{Job, JobId, JobState, PushRequest, Snowflake, Timestamp, Topic};
-use delayq_queue::{
-    run_timer, DelayQueue, MemoryScheduler, Promotion, QueueError, QueueResult, QueueSettings, Scheduler, TopicStats,
-};
+use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueError, QueueResult, QueueSettings, Scheduler};
 use delayq_store::{JobStore, MysqlStore, SqliteStore};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 mod common;
@@ -227,10 +225,11 @@ async fn deletes_and_repushes_of_one_id_set_never_lose_a_push() {
     }
 }
 
-/// A scheduler whose next `finish`, `delete` or `replace` misbehaves as a
-/// faulty network or a racing consumer would; everything else goes to the real backend.
+/// What makes a scheduler's next `finish`, `delete` or `replace` misbehave as
+/// a faulty network or a racing consumer would; everything else goes to the
+/// real backend.
+#[derive(Default)]
 struct Faulty {
-    inner: Arc<dyn Scheduler>,
     fail_next_removal: std::sync::atomic::AtomicBool,
     pop_before_replace: std::sync::atomic::AtomicBool,
     /// Runs before a clear or batch delete goes to the backend.
@@ -239,16 +238,6 @@ struct Faulty {
 }
 
 impl Faulty {
-    fn new(inner: Arc<dyn Scheduler>) -> Faulty {
-        Faulty {
-            inner,
-            fail_next_removal: Default::default(),
-            pop_before_replace: Default::default(),
-            before_clear: Default::default(),
-            clear_hook: Default::default(),
-        }
-    }
-
     fn take_removal_failure(&self) -> QueueResult<()> {
         if self.fail_next_removal.swap(false, std::sync::atomic::Ordering::SeqCst) {
             return Err(QueueError::Unavailable { backend: "redis", source: "connection reset".into() });
@@ -268,69 +257,36 @@ impl Faulty {
 }
 
 #[async_trait]
-impl Scheduler for Faulty {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-    async fn schedule(&self, job: &Job) -> QueueResult<()> {
-        self.inner.schedule(job).await
-    }
-    async fn restore(&self, job: &Job) -> QueueResult<bool> {
-        self.inner.restore(job).await
-    }
-    async fn replace(&self, job: &Job) -> QueueResult<Job> {
+impl Intercept for Faulty {
+    async fn replace(&self, inner: &dyn Scheduler, job: &Job) -> QueueResult<Job> {
         if self.pop_before_replace.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            let popped = self.inner.reserve(&job.topic, 1, Duration::ZERO).await?;
+            let popped = inner.reserve(&job.topic, 1, Duration::ZERO).await?;
             assert_eq!(popped.len(), 1, "a consumer pops the job just before the replace");
         }
-        self.inner.replace(job).await
+        inner.replace(job).await
     }
-    async fn reserve(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
-        self.inner.reserve(topic, count, wait).await
-    }
-    async fn finish(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
+    async fn finish(&self, inner: &dyn Scheduler, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
         self.take_removal_failure()?;
-        self.inner.finish(id, attempt).await
+        inner.finish(id, attempt).await
     }
-    async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
-        self.inner.nack(id, attempt, delay).await
-    }
-    async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
-        self.inner.touch(id, attempt).await
-    }
-    async fn delete(&self, id: &JobId) -> QueueResult<Job> {
+    async fn delete(&self, inner: &dyn Scheduler, id: &JobId) -> QueueResult<Job> {
         self.take_removal_failure()?;
-        self.inner.delete(id).await
+        inner.delete(id).await
     }
-    async fn delete_batch(&self, ids: &[JobId]) -> QueueResult<u64> {
+    async fn delete_batch(&self, inner: &dyn Scheduler, ids: &[JobId]) -> QueueResult<u64> {
         self.run_clear_hook().await;
-        self.inner.delete_batch(ids).await
+        inner.delete_batch(ids).await
     }
-    async fn get(&self, id: &JobId) -> QueueResult<Option<Job>> {
-        self.inner.get(id).await
-    }
-    async fn promote_due(&self, now: Timestamp, max_batch: usize) -> QueueResult<Promotion> {
-        self.inner.promote_due(now, max_batch).await
-    }
-    fn wakeup(&self) -> Arc<Notify> {
-        self.inner.wakeup()
-    }
-    async fn stats(&self) -> QueueResult<Vec<TopicStats>> {
-        self.inner.stats().await
-    }
-    async fn clear(&self) -> QueueResult<u64> {
+    async fn clear(&self, inner: &dyn Scheduler) -> QueueResult<u64> {
         self.run_clear_hook().await;
-        self.inner.clear().await
-    }
-    async fn ping(&self) -> QueueResult<()> {
-        self.inner.ping().await
+        inner.clear().await
     }
 }
 
 #[tokio::test]
 async fn a_push_over_an_id_whose_end_never_reached_the_scheduler_is_delivered() {
     for (name, scheduler, store, _dir) in deployments().await {
-        let faulty = Arc::new(Faulty::new(scheduler));
+        let faulty = Arc::new(Intercepted::new(scheduler, Faulty::default()));
         let queue = queue(Arc::clone(&faulty) as Arc<dyn Scheduler>, store, QueueSettings::default());
         let topic = unique_topic("lost-end");
         let job_id = id(&format!("{}-x", common::unique_prefix().replace(':', "_")));
@@ -361,7 +317,7 @@ async fn a_push_over_an_id_whose_end_never_reached_the_scheduler_is_delivered() 
 #[tokio::test]
 async fn a_replace_refused_because_the_job_was_popped_changes_nothing() {
     for (name, scheduler, store, _dir) in deployments().await {
-        let faulty = Arc::new(Faulty::new(scheduler));
+        let faulty = Arc::new(Intercepted::new(scheduler, Faulty::default()));
         let queue = queue(Arc::clone(&faulty) as Arc<dyn Scheduler>, store, QueueSettings::default());
         let topic = unique_topic("replace");
         let job_id = id(&format!("{}-r", common::unique_prefix().replace(':', "_")));
@@ -382,7 +338,7 @@ async fn a_replace_refused_because_the_job_was_popped_changes_nothing() {
 #[tokio::test]
 async fn a_push_during_clear_all_is_either_cleared_or_delivered() {
     for (name, scheduler, store, _dir) in deployments().await {
-        let faulty = Arc::new(Faulty::new(scheduler));
+        let faulty = Arc::new(Intercepted::new(scheduler, Faulty::default()));
         let queue = queue(Arc::clone(&faulty) as Arc<dyn Scheduler>, store, QueueSettings::default());
         let topic = unique_topic("clear");
         for index in 0..5 {

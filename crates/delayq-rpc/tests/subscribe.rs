@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::{push, TestServer};
 use delayq_rpc::pb::v1 as pb;
 use delayq_rpc::pb::v1::delay_queue_service_client::DelayQueueServiceClient;
+use delayq_testkit::eventually;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -85,7 +86,7 @@ async fn ten_thousand_jobs_reach_four_subscribers_exactly_once() {
     }
 
     // Every job is finished once all are delivered: the store counts them.
-    wait_for_finished(&mut client, 10_000, Duration::from_secs(90)).await;
+    wait_for_finished(&client, 10_000, Duration::from_secs(90)).await;
     eprintln!("pushed 10000 jobs in {pushed_in:?}, all finished after {:?}", started.elapsed());
     stop.cancel();
     let mut seen = HashSet::new();
@@ -137,7 +138,7 @@ async fn flow_control_and_the_jobs_of_a_vanished_subscriber() {
     for _ in 0..2 {
         subscribers.push(tokio::spawn(consume(server.client().await, 100, stop.clone())));
     }
-    wait_for_finished(&mut client, 50, Duration::from_secs(20)).await;
+    wait_for_finished(&client, 50, Duration::from_secs(20)).await;
     stop.cancel();
     let mut received = Vec::new();
     for subscriber in subscribers {
@@ -170,15 +171,21 @@ async fn shutdown_ends_open_streams() {
 }
 
 /// Waits until the store counts `count` finished jobs of the topic.
-async fn wait_for_finished(client: &mut DelayQueueServiceClient<Channel>, count: u64, limit: Duration) {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        let stats = client.stats(pb::StatsRequest {}).await.expect("stats").into_inner();
-        let finished = stats.topics.get(TOPIC).map_or(0, |counts| counts.finished);
-        if finished >= count {
-            return;
+async fn wait_for_finished(client: &DelayQueueServiceClient<Channel>, count: u64, limit: Duration) {
+    let reached = eventually(limit, || {
+        let mut client = client.clone();
+        async move {
+            let stats = client.stats(pb::StatsRequest {}).await.expect("stats").into_inner();
+            let finished = stats.topics.get(TOPIC).map_or(0, |counts| counts.finished);
+            if finished >= count {
+                Ok(())
+            } else {
+                Err(finished)
+            }
         }
-        assert!(tokio::time::Instant::now() < deadline, "only {finished} of {count} finished within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    })
+    .await;
+    if let Err(finished) = reached {
+        panic!("only {finished} of {count} finished within {limit:?}");
     }
 }

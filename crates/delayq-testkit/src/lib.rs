@@ -9,12 +9,28 @@
 //!
 //! Used only by tests (and by the conformance suites behind the `testsuite`
 //! features); nothing here is part of the server.
+//!
+//! Layout:
+//! - this file: the service gate ([`service`], [`skip`]), [`unique_name`] and
+//!   [`free_port`];
+//! - `eventually`: [`eventually`], polling until a condition holds;
+//! - `proxy`: [`FaultProxy`], a TCP proxy whose [`Link`] a test cuts or freezes;
+//! - `redis`: [`RedisProcess`], a private `redis-server` a test may empty,
+//!   stop or restart.
 
 // Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
 )]
+
+mod eventually;
+mod proxy;
+mod redis;
+
+pub use eventually::{eventually, Settled};
+pub use proxy::{FaultProxy, Link};
+pub use redis::RedisProcess;
 
 /// The variable that turns a skipped test into a failure when it is `1`.
 pub const REQUIRE_SERVICES: &str = "DELAYQ_TEST_REQUIRE_SERVICES";

@@ -3,20 +3,18 @@
 
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use delayq_common::{JobId, JobState, Limits, PushRequest, Snowflake, TimeUnit, Timestamp};
 use delayq_forward::{run_forwarder, Route, RouteTable, Sink, TopicPattern};
 use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueSettings};
 use delayq_store::SqliteStore;
+use delayq_testkit::eventually;
 use serde_json::Value;
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-pub use delayq_testkit::unique_name;
 
 /// One queue with its timer and a forwarder; both stop when it is dropped.
 pub struct Harness {
@@ -78,6 +76,34 @@ impl Harness {
         self.queue.get(id).await.unwrap().job.state
     }
 
+    /// Returns whether job `id` is in `state` within `limit`.
+    pub async fn reaches(&self, id: &JobId, state: JobState, limit: Duration) -> bool {
+        eventually(limit, || async { self.state(id).await == state }).await
+    }
+
+    /// Returns whether every job of `ids` is in `state` within `limit`.
+    pub async fn all_reach(&self, ids: &[JobId], state: JobState, limit: Duration) -> bool {
+        eventually(limit, || async {
+            for id in ids {
+                if self.state(id).await != state {
+                    return false;
+                }
+            }
+            true
+        })
+        .await
+    }
+
+    /// Returns whether the queue holds no live job (every one pushed has
+    /// ended) within `limit`.
+    pub async fn drains(&self, limit: Duration) -> bool {
+        eventually(limit, || async {
+            let stats = self.queue.stats().await.unwrap();
+            stats.live.iter().all(|topic| topic.delay + topic.ready + topic.reserved == 0)
+        })
+        .await
+    }
+
     /// Stops the forwarder and waits until its batches have settled.
     pub async fn stop(&mut self) {
         self.cancel.cancel();
@@ -90,23 +116,5 @@ impl Harness {
 impl Drop for Harness {
     fn drop(&mut self) {
         self.cancel.cancel();
-    }
-}
-
-/// Polls `check` every 50 ms until it returns true or `limit` passes; returns whether it did.
-pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

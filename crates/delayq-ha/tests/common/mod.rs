@@ -1,15 +1,13 @@
-//! Shared helpers of the ZooKeeper tests: the service gate, unique roots, polling with
-//! deadlines, and a TCP proxy that can cut or freeze a node's link to ZooKeeper.
+//! Shared helpers of the ZooKeeper tests: the service gate, unique roots, waits with
+//! deadlines, and a fault proxy in front of ZooKeeper.
 
 #![allow(dead_code, clippy::unwrap_used, unreachable_pub)]
 
-pub mod proxy;
-
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use delayq_ha::{Role, RoleKind, ZkConfig, ZookeeperLeadership};
+use delayq_ha::{Leadership, Role, RoleKind, ZkConfig, ZookeeperLeadership};
+use delayq_testkit::{FaultProxy, Link};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::Client;
 
@@ -25,10 +23,15 @@ pub fn zookeeper() -> Option<String> {
 
 /// Returns a root path no other test (or test run) uses.
 pub fn unique_root() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("/delayq-test-{}-{nanos}-{count}", std::process::id())
+    format!("/{}", delayq_testkit::unique_name("delayq-test"))
+}
+
+/// Starts a fault proxy in front of the first server of the connect string `zk`,
+/// with the link in state `link`; a node given its address reaches ZooKeeper
+/// only through it.
+pub async fn zk_proxy(zk: &str, link: Link) -> FaultProxy {
+    let first_server = zk.split(',').next().unwrap_or_default();
+    FaultProxy::start(first_server, link).await
 }
 
 /// Returns a test config: unique root given, short session timeout.
@@ -39,18 +42,6 @@ pub fn config(connect: &str, root: &str, node_name: &str) -> ZkConfig {
 /// Starts a candidate with a fresh cancellation token.
 pub async fn start(config: ZkConfig) -> ZookeeperLeadership {
     ZookeeperLeadership::start(config, CancellationToken::new()).await.unwrap()
-}
-
-/// Polls `check` every 20 ms until it returns `Some`, panicking with `what` after `DEADLINE`.
-pub async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(started.elapsed() < DEADLINE, "timed out after {DEADLINE:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Waits until `role` satisfies `accept` and returns that role.
@@ -77,6 +68,13 @@ pub async fn timed<T>(future: impl Future<Output = T>) -> (T, Duration) {
     let started = Instant::now();
     let output = future.await;
     (output, started.elapsed())
+}
+
+/// Resigns every candidate of `nodes`, one after another.
+pub async fn resign_all(nodes: &[ZookeeperLeadership]) {
+    for node in nodes {
+        node.resign().await;
+    }
 }
 
 /// Deletes the test's own root recursively (best effort; ephemeral nodes are gone already).

@@ -1,8 +1,10 @@
 //! What the test files share: the service variable, unique key prefixes,
-//! connecting to Redis, plain jobs and plain push requests.
+//! connecting to Redis, plain jobs and plain push requests, and a scheduler
+//! whose calls a test can intercept.
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod intercept;
 pub mod topic_metadata;
 
 use std::time::Duration;
