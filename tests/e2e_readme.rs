@@ -99,6 +99,6 @@ async fn every_command_of_the_readme_runs_and_succeeds() {
             assert_eq!(tour_end["data"]["attempt"], 2, "popped, nacked, popped again: {tour_end}");
         }
     }
-    assert!(answers >= 12, "{answers} answers");
+    assert!(answers >= 9, "{answers} answers from the tour");
     assert_eq!(tables, 1, "the client's block");
 }
