@@ -117,7 +117,7 @@ log "services up; building the workspace tests"
 cargo test --workspace --all-targets --no-run "$@"
 
 # The run is timed apart from the build, and the slowest test binaries are named, so that a
-# change which makes the suite slower shows here (docs/contributing.md keeps the reference).
+# change which makes the suite slower shows here (docs/contributing.md says how to compare).
 log "running the workspace tests"
 output=$(mktemp -t delayq-test.XXXXXX)
 trap 'rm -f "$output"' EXIT
