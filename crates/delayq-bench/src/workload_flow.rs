@@ -77,7 +77,11 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
     run.wait_for_all(push_end_ms + args.grace_ms).await;
     // Every job received: wait for the acks of the last pops to be answered.
     let finish_deadline = now_ms() + args.grace_ms;
-    while run.log().counters().finished < run.log().counters().received && now_ms() < finish_deadline {
+    while now_ms() < finish_deadline {
+        let counters = run.log().counters();
+        if counters.finished >= counters.received {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let (mut metrics, log) = run.stop(context, args.n).await;

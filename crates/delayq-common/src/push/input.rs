@@ -69,6 +69,12 @@ impl PushInput {
     }
 }
 
+/// A JSON integer as an i64; one beyond the largest i64 as the largest, since it
+/// exceeds every bound the checks apply anyway. `None` for anything else.
+fn integer_of(value: &Value) -> Option<i64> {
+    value.as_u64().map(|unsigned| i64::try_from(unsigned).unwrap_or(i64::MAX)).or_else(|| value.as_i64())
+}
+
 /// The fields of one JSON object, each read as one type; `null` is absent.
 struct JsonFields<'a> {
     fields: &'a Map<String, Value>,
@@ -91,16 +97,12 @@ impl JsonFields<'_> {
         let Some(value) = self.get(field) else {
             return Ok(None);
         };
+        if let Some(integer) = integer_of(value) {
+            return Ok(Some(integer));
+        }
         let Value::Number(number) = value else {
             return Err(InvalidField::new(field, "must be an integer"));
         };
-        // Beyond the largest i64 every bound the checks apply is exceeded anyway.
-        if let Some(unsigned) = number.as_u64() {
-            return Ok(Some(i64::try_from(unsigned).unwrap_or(i64::MAX)));
-        }
-        if let Some(signed) = number.as_i64() {
-            return Ok(Some(signed));
-        }
         if number.as_f64().is_some_and(|float| float < 0.0) {
             return Err(InvalidField::new(field, "must be >= 0"));
         }
@@ -114,13 +116,9 @@ impl JsonFields<'_> {
         let Value::Array(entries) = value else {
             return Err(InvalidField::new(field, "must be an array of integer milliseconds"));
         };
-        let integers = entries.iter().map(|entry| {
-            entry
-                .as_u64()
-                .map(|unsigned| i64::try_from(unsigned).unwrap_or(i64::MAX))
-                .or_else(|| entry.as_i64())
-                .ok_or_else(|| InvalidField::new(field, "entries must be integers >= 0"))
-        });
+        let integers = entries
+            .iter()
+            .map(|entry| integer_of(entry).ok_or_else(|| InvalidField::new(field, "entries must be integers >= 0")));
         Ok(Some(integers.collect::<Result<_, _>>()?))
     }
 
