@@ -45,7 +45,7 @@ fresh_mysql() {
 run() { # run <name> <command...>: one measurement, its table in <name>.txt
   local name=$1; shift
   "$@" --json "$out/$name.json" >"$out/$name.txt" 2>&1 || { echo "$name failed:"; cat "$out/$name.txt"; exit 1; }
-  echo "$name: $(grep -E '^  (jobs_per_s|lateness_ms_p99|lateness_ms_max|redis_used_memory_bytes_per_job|drain_ms|finish_jobs_per_s|unfinished_at_push_end) ' "$out/$name.txt" | tr -s ' ' | tr '\n' ' ')"
+  echo "$name: $(grep -E '^  (jobs_per_s|lateness_ms_p99|lateness_ms_max|redis_used_memory_bytes_per_job|drain_ms|finish_jobs_per_s|unfinished_at_push_end|unreceived_at_push_end|in_hand_at_push_end) ' "$out/$name.txt" | tr -s ' ' | tr '\n' ' ')"
 }
 
 for rep in 1 2 3; do

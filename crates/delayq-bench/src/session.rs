@@ -124,6 +124,8 @@ const SHOWN: &[&str] = &[
     "push_jobs_per_s",
     "finish_jobs_per_s",
     "unfinished_at_push_end",
+    "unreceived_at_push_end",
+    "in_hand_at_push_end",
     "finish_after_push_ms",
     "server_cpu_us_per_job",
     "redis_cpu_us_per_job",

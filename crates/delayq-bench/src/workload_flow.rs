@@ -2,7 +2,8 @@
 //! `/push`, C in flight, as in W1, while the consumers of W2 (each slot finishes
 //! what it popped before it pops again) take them; measures whether the acks
 //! keep up with the pushes: how many jobs were still unfinished when the last
-//! push was answered, and how long the rest took.
+//! push was answered (still queued, or popped and not yet acked), and how long
+//! the rest took.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,6 +90,10 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
     metrics.set("push_jobs_per_s", args.n as f64 * 1000.0 / push_elapsed_ms as f64);
     metrics.set("push_errors", push_stats.job_errors() as f64);
     metrics.set("unfinished_at_push_end", args.n.saturating_sub(at_push_end.finished as usize) as f64);
+    // Of those, the ones still queued in delayq (the backlog), and the ones the
+    // consumers held: popped, not yet acked (at most a pop's count per slot).
+    metrics.set("unreceived_at_push_end", args.n.saturating_sub(at_push_end.received as usize) as f64);
+    metrics.set("in_hand_at_push_end", at_push_end.received.saturating_sub(at_push_end.finished) as f64);
     let counters = log.counters();
     if counters.last_finish_ms > 0 {
         let last_finish_ms = counters.last_finish_ms.max(push_end_ms);

@@ -7,7 +7,6 @@ use delayq_common::Job;
 use super::rows::job_wire_size;
 use crate::sql::binds::in_list;
 use crate::store::BoxError;
-use crate::writer::moves_forward;
 
 /// Up to this many rows, a run of writes goes out as one statement of exactly
 /// its size.
@@ -38,21 +37,25 @@ const fn chunk_sizes() -> [usize; EXACT_CHUNKS_UP_TO + 2] {
 }
 
 /// Locks and reads the rows of the ids of a run of state changes (followed by
-/// `?, ?, …)`): which are live, and the topics that count the jobs the run
-/// ends. By primary key alone: with `is_live` in the condition the optimizer
-/// may walk the index of every live row.
-const LOCK_LIVE_HEAD: &str = "SELECT id, topic, is_live FROM job WHERE id IN (";
-/// Moves many live jobs forward at once: the changes are a derived table of
-/// `SELECT ? AS id, … UNION ALL SELECT ?, …` (one row per job), joined on the
-/// primary key. Same rule as [`CHANGE_STATE`]: ended jobs never move, live
-/// jobs only forward. `STRAIGHT_JOIN` makes the changes drive the join: left
-/// to itself, the optimizer may walk every live row and probe the changes.
-const CHANGE_STATES_HEAD: &str = "UPDATE (";
-const CHANGE_STATES_TAIL: &str = concat!(
-    ") AS v STRAIGHT_JOIN job ON job.id = v.id SET job.status = v.status, job.attempt = v.attempt, job.run_at = v.run_at, \
-     job.update_time = v.update_time, job.result = v.result WHERE job.is_live = 1 AND ",
-    moves_forward!("job.status", "job.attempt", "v.status", "v.attempt")
-);
+/// `?, ?, …)`): which are live, where each stands (so that the writer keeps only
+/// the changes that move a row forward, [`moves_forward_from`]), and the topics
+/// that count the jobs the run ends. By primary key alone: with `is_live` in the
+/// condition the optimizer may walk the index of every live row.
+///
+/// [`moves_forward_from`]: crate::writer::moves_forward_from
+const LOCK_LIVE_HEAD: &str = "SELECT id, topic, status, attempt, is_live FROM job WHERE id IN (";
+/// Moves many locked live rows at once, each bound as id, status, attempt,
+/// run_at, update_time, result. Every id names a row this transaction holds
+/// locked, so each row takes the `UPDATE` branch and the constants that fill the
+/// other columns are never stored. An `UPDATE` joined on the changes as a
+/// derived table would do the same, but MariaDB builds that table on disk for
+/// every statement (the text columns rule out its in-memory tables).
+const APPLY_CHANGES_HEAD: &str = "INSERT INTO job (id, status, attempt, run_at, update_time, result, \
+     topic, delay, create_time, body, ttr, priority, max_retries, retry_backoff) VALUES ";
+const APPLY_CHANGES_ROW: &str = "(?, ?, ?, ?, ?, ?, '', 0, 0, '', 0, 0, 0, '')";
+const APPLY_CHANGES_TAIL: &str = " ON DUPLICATE KEY UPDATE status = VALUES(status), attempt = VALUES(attempt), \
+     run_at = VALUES(run_at), update_time = VALUES(update_time), result = VALUES(result)";
+
 /// Cuts `items` into chunks of the [`CHUNK_SIZES`], largest first; yields each
 /// with its index in [`CHUNK_SIZES`] (its statement's level).
 pub(super) fn fixed_chunks<T>(items: &[T]) -> impl Iterator<Item = (usize, &[T])> {
@@ -88,12 +91,9 @@ pub(super) fn lock_live(rows: usize) -> String {
     format!("{} FOR UPDATE", in_list(LOCK_LIVE_HEAD, rows))
 }
 
-/// The multi-row update of `rows` state changes, each bound as id, status,
-/// attempt, run_at, update_time, result.
-pub(super) fn change_states(rows: usize) -> String {
-    let first = "SELECT ? AS id, ? AS status, ? AS attempt, ? AS run_at, ? AS update_time, ? AS result";
-    let rest = vec![" UNION ALL SELECT ?, ?, ?, ?, ?, ?"; rows.saturating_sub(1)].concat();
-    format!("{CHANGE_STATES_HEAD}{first}{rest}{CHANGE_STATES_TAIL}")
+/// The multi-row write of `rows` state changes to locked live rows ([`APPLY_CHANGES_HEAD`]).
+pub(super) fn apply_changes(rows: usize) -> String {
+    format!("{APPLY_CHANGES_HEAD}{}{APPLY_CHANGES_TAIL}", vec![APPLY_CHANGES_ROW; rows].join(", "))
 }
 
 #[cfg(test)]
@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn multi_row_changes_take_six_values_per_row() {
-        assert_eq!(change_states(3).matches('?').count(), 18);
+        assert_eq!(apply_changes(3).matches('?').count(), 18);
         assert_eq!(lock_live(3).matches('?').count(), 3);
     }
 

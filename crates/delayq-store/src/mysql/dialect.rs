@@ -12,7 +12,7 @@ use delayq_common::{Job, JobId, JobState, Timestamp};
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlQueryResult};
 use sqlx::Executor;
 
-use super::chunks::{change_states, chunk_level, fixed_chunks, lock_live, statement, CHUNK_SIZES};
+use super::chunks::{apply_changes, chunk_level, fixed_chunks, lock_live, statement, CHUNK_SIZES};
 use super::connection::{within, WriterConnection};
 use super::counts::MysqlTx;
 use super::rows::{job_assignments, job_wire_size};
@@ -23,7 +23,7 @@ use crate::sql::binds::{
 use crate::sql::is_unique_violation;
 use crate::sql::rows::{biz_key_taken, epoch_ms, id_and_attempt, sql_count, state, Text, JOB_COLUMN_COUNT};
 use crate::store::{BoxError, StateChange, StoreError};
-use crate::writer::{collapse, moves_forward, BatchDialect, InsertOutcomes, LogRow};
+use crate::writer::{collapse, moves_forward, moves_forward_from, BatchDialect, InsertOutcomes, LogRow};
 
 /// The most bytes of values one multi-row insert carries (at most half the
 /// server's `max_allowed_packet`, which is 16 MiB by default on MariaDB).
@@ -85,8 +85,8 @@ pub(super) struct MysqlDialect {
     insert_log_sql: Vec<String>,
     /// [`LOCK_LIVE_HEAD`] with `CHUNK_SIZES[i]` ids.
     lock_live_sql: Vec<String>,
-    /// [`CHANGE_STATES_HEAD`] with `CHUNK_SIZES[i]` changes.
-    change_states_sql: Vec<String>,
+    /// [`APPLY_CHANGES_HEAD`] with `CHUNK_SIZES[i]` changes.
+    apply_changes_sql: Vec<String>,
 }
 
 impl MysqlDialect {
@@ -105,7 +105,7 @@ impl MysqlDialect {
             insert_jobs_sql: sizes(|rows| multi_row_values(INSERT_JOB_ROWS, JOB_COLUMN_COUNT, rows)),
             insert_log_sql: sizes(|rows| multi_row_values(INSERT_LOG_ROWS, LOG_COLUMN_COUNT, rows)),
             lock_live_sql: sizes(lock_live),
-            change_states_sql: sizes(change_states),
+            apply_changes_sql: sizes(apply_changes),
         }
     }
 
@@ -291,29 +291,37 @@ impl BatchDialect for MysqlDialect {
                 }
                 continue;
             }
-            // MariaDB has no UPDATE … RETURNING: lock the live rows, read them, then move them.
+            // MariaDB has no UPDATE … RETURNING: lock the rows and read where
+            // each live one stands, then write the changes that move one forward.
             let mut lock = sqlx::query_as(statement(&self.lock_live_sql, level)?);
             for change in chunk {
                 lock = lock.bind(change.id.as_str());
             }
-            let rows: Vec<(Text, Text, i8)> = within(lock.fetch_all(&mut tx.connection)).await?;
-            let topics: HashMap<String, String> = rows
-                .into_iter()
-                .filter(|&(_, _, is_live)| is_live == 1)
-                .map(|(Text(id), Text(topic), _)| (id, topic))
-                .collect();
-            let mut update = sqlx::query(statement(&self.change_states_sql, level)?);
-            for change in chunk {
-                update = bind_change(update.text(change.id.as_str()), change);
-            }
-            within(update.execute(&mut tx.connection)).await?;
-            for change in chunk {
-                let Some(topic) = topics.get(change.id.as_str()) else { continue };
-                live.insert(change.id.as_str());
-                // An ending change always applies to a live row.
-                if !change.state.is_live() {
-                    tx.count(topic, change.state, 1);
+            let rows: Vec<(Text, Text, Text, i64, i8)> = within(lock.fetch_all(&mut tx.connection)).await?;
+            let mut locked: HashMap<String, (String, JobState, i64)> = HashMap::with_capacity(rows.len());
+            for (Text(id), Text(topic), Text(status), attempt, is_live) in rows {
+                if is_live == 1 {
+                    locked.insert(id, (topic, state(&status)?, attempt));
                 }
+            }
+            let mut moving: Vec<&StateChange> = Vec::with_capacity(chunk.len());
+            for &change in chunk {
+                let Some((topic, row_state, row_attempt)) = locked.get(change.id.as_str()) else { continue };
+                live.insert(change.id.as_str());
+                if moves_forward_from(*row_state, *row_attempt, change) {
+                    moving.push(change);
+                    // An ending change always applies to a live row.
+                    if !change.state.is_live() {
+                        tx.count(topic, change.state, 1);
+                    }
+                }
+            }
+            for (level, part) in fixed_chunks(&moving) {
+                let mut apply = sqlx::query(statement(&self.apply_changes_sql, level)?);
+                for change in part {
+                    apply = bind_change(apply.text(change.id.as_str()), change);
+                }
+                within(apply.execute(&mut tx.connection)).await?;
             }
         }
         Ok(collapsed.applied(|id| live.contains(id)))

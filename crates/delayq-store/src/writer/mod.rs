@@ -58,6 +58,22 @@ macro_rules! moves_forward {
 }
 pub(crate) use moves_forward;
 
+/// The order of a job's live states within one attempt, as in [`moves_forward`].
+fn live_rank(state: JobState) -> u8 {
+    match state {
+        JobState::Delay => 0,
+        JobState::Ready => 1,
+        _ => 2,
+    }
+}
+
+/// [`moves_forward`] for a live row read under its lock: whether `change`
+/// applies to a row in `row_state` at `row_attempt`.
+pub(crate) fn moves_forward_from(row_state: JobState, row_attempt: i64, change: &StateChange) -> bool {
+    !change.state.is_live()
+        || (row_attempt, live_rank(row_state)) <= (i64::from(change.attempt), live_rank(change.state))
+}
+
 mod hold;
 mod reply;
 mod task;
@@ -145,14 +161,7 @@ pub(crate) fn collapse<'c>(changes: &[&'c StateChange]) -> Collapsed<'c> {
         index: usize,
         ended: bool,
     }
-    let rank = |change: &StateChange| {
-        let state = match change.state {
-            JobState::Delay => 0,
-            JobState::Ready => 1,
-            _ => 2,
-        };
-        (change.attempt, state)
-    };
+    let rank = |change: &StateChange| (change.attempt, live_rank(change.state));
     let mut decisive: Vec<&StateChange> = Vec::with_capacity(changes.len());
     let mut slots = Vec::with_capacity(changes.len());
     let mut jobs: HashMap<&str, Decided> = HashMap::with_capacity(changes.len());
