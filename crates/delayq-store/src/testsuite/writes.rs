@@ -312,7 +312,8 @@ pub async fn check_record_and_history_in_order(store: Arc<dyn JobStore>) {
     assert_eq!(history_states(&*store, &other.id).await, [JobState::Delay, JobState::Ready, JobState::Reserved]);
 }
 
-/// A change to a job that has ended is ignored: a late journal entry never revives it.
+/// A change to a job that has ended is ignored: a late journal entry never revives it;
+/// a change to an id no job has creates nothing.
 pub async fn check_ended_jobs_never_move(store: Arc<dyn JobStore>) {
     let topic = unique_topic("ended");
     let job = sample_job(&unique_name("ended"), &topic);
@@ -322,9 +323,25 @@ pub async fn check_ended_jobs_never_move(store: Arc<dyn JobStore>) {
     store.record(vec![change(&job, JobState::Ready, deleted_at.plus(Duration::from_millis(5)))]).await.expect("record");
     store.journal(vec![change(&job, JobState::Reserved, deleted_at.plus(Duration::from_millis(6)))]);
     store.flush().await.expect("flush");
+    // The same within a run of changes written together, beside a live job and
+    // an id no job ever had (which stays unknown: a change never creates a row).
+    let live = sample_job(&unique_name("ended-beside"), &topic);
+    insert_ok(&*store, &live).await;
+    let never = sample_job(&unique_name("ended-never"), &topic);
+    let late = deleted_at.plus(Duration::from_millis(7));
+    store
+        .record(vec![
+            change(&job, JobState::Ready, late),
+            change(&never, JobState::Ready, late),
+            change(&live, JobState::Ready, late),
+        ])
+        .await
+        .expect("record");
     let stored = get_ok(&*store, &job.id).await;
     assert_eq!((stored.state, stored.updated_at), (JobState::Deleted, deleted_at));
     assert_eq!(history_states(&*store, &job.id).await, [JobState::Delay, JobState::Deleted]);
+    assert_eq!(store.get(&never.id).await.expect("get"), None);
+    assert_eq!(get_ok(&*store, &live.id).await.state, JobState::Ready);
 }
 
 /// A live job only moves forward: within one attempt delay, ready, reserved; a
