@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use delayq_common::push::{MAX_PRIORITY, MAX_TTR, MIN_TTR};
 use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::Value;
 use figment::Figment;
 
 use crate::model::Config;
@@ -22,6 +23,21 @@ pub(crate) const FLAT_VARIABLES: [(&str, &str); 7] = [
     ("redis_url", "scheduler.redis_url"),
     ("database_url", "store.database_url"),
     ("zookeeper", "zookeeper.connect"),
+];
+
+/// The keys whose values are text. figment reads every other variable as
+/// TOML-like data (`["t1"]` a list, `7` a number); these take the variable as it
+/// is, so that a node id or a key prefix of digits alone (`007`) stays that text.
+const TEXT_KEYS: [&str; 9] = [
+    "server.http_addr",
+    "server.grpc_addr",
+    "server.data_dir",
+    "server.node_id",
+    "scheduler.redis_url",
+    "scheduler.redis_prefix",
+    "store.database_url",
+    "zookeeper.connect",
+    "zookeeper.root",
 ];
 
 /// Why the configuration could not be loaded.
@@ -77,7 +93,7 @@ impl Config {
         if let Some(file) = file {
             figment = figment.merge(Toml::file_exact(file));
         }
-        figment.merge(environment())
+        merge_environment(figment)
     }
 
     /// Extracts and validates a configuration from any figment (tests inject values here).
@@ -149,6 +165,24 @@ impl Config {
             })?;
         }
         Ok(())
+    }
+}
+
+/// Merges the environment over `figment`: the [`TEXT_KEYS`] as the variables'
+/// text, every other key parsed by figment.
+fn merge_environment(figment: Figment) -> Figment {
+    let text: Vec<(String, String)> =
+        environment().only(&TEXT_KEYS).iter().map(|(key, value)| (key.as_str().to_owned(), unquoted(value))).collect();
+    let parsed = figment.merge(environment().ignore(&TEXT_KEYS));
+    text.into_iter().fold(parsed, |figment, (key, value)| figment.merge(Serialized::default(&key, value)))
+}
+
+/// The text of a [`TEXT_KEYS`] variable. A value in double quotes (once the only
+/// way to give digits alone) loses them, as figment would read it.
+fn unquoted(value: String) -> String {
+    match value.parse::<Value>() {
+        Ok(Value::String(_, text)) => text,
+        _ => value,
     }
 }
 
@@ -319,6 +353,25 @@ url = "http://127.0.0.1:9000/due"
         for secret in secrets {
             assert!(!debug.contains(secret), "{secret} in the Debug output: {debug}");
         }
+    }
+
+    #[test]
+    fn text_of_digits_alone_stays_text() {
+        Jail::expect_with(|jail| {
+            jail.set_env("DELAYQ_NODE_ID", "007");
+            jail.set_env("DELAYQ_SCHEDULER__REDIS_PREFIX", "42");
+            jail.set_env("DELAYQ_DATA_DIR", "2026");
+            let config = Config::load(None).expect("digits are a valid node id, prefix and directory");
+            assert_eq!(config.server.node_id.as_deref(), Some("007"));
+            assert_eq!(config.scheduler.redis_prefix, "42");
+            assert_eq!(config.server.data_dir, PathBuf::from("2026"));
+            jail.set_env("DELAYQ_NODE_ID", "\"7\"");
+            assert_eq!(Config::load(None).expect("quoted").server.node_id.as_deref(), Some("7"));
+            // Keys that are not text are still parsed.
+            jail.set_env("DELAYQ_LIMITS__MAX_BODY_BYTES", "1024");
+            assert_eq!(Config::load(None).expect("a number").limits.max_body_bytes, 1024);
+            Ok(())
+        });
     }
 
     #[test]
