@@ -127,9 +127,14 @@ impl Config {
             }
         }
         if let Some(url) = &self.scheduler.redis_url {
-            if url.split(',').any(|seed| !(seed.trim().starts_with("redis://") || seed.trim().starts_with("rediss://")))
-            {
-                return invalid("scheduler.redis_url", "must be redis:// URLs separated by commas".to_owned());
+            // The Redis client is built without TLS: a rediss:// URL is refused
+            // here rather than failing every connection once the node runs.
+            if url.split(',').any(|seed| !seed.trim().starts_with("redis://")) {
+                return invalid(
+                    "scheduler.redis_url",
+                    "must be redis:// URLs separated by commas (rediss://, Redis over TLS, is not supported)"
+                        .to_owned(),
+                );
             }
         }
         if self.zookeeper.connect.is_some() && self.scheduler.redis_url.is_none() {
@@ -404,6 +409,10 @@ url = "http://127.0.0.1:9000/due"
             jail.set_env("DELAYQ_DATABASE_URL", "sqlite://./data/delayq.db");
             jail.set_env("DELAYQ_REDIS_URL", "987654321");
             refused_without_secrets(Config::load(None).expect_err("a number"), "scheduler.redis_url", &["987654321"]);
+            jail.set_env("DELAYQ_REDIS_URL", "rediss://:hunter2@redis:6380");
+            let error = Config::load(None).expect_err("no TLS");
+            assert!(error.to_string().contains("rediss://, Redis over TLS, is not supported"), "{error}");
+            refused_without_secrets(error, "scheduler.redis_url", &["hunter2"]);
             // Out of range, but the message does not quote the URL either.
             jail.set_env("DELAYQ_REDIS_URL", "http://:hunter2@redis");
             refused_without_secrets(Config::load(None).expect_err("not redis"), "scheduler.redis_url", &["hunter2"]);
