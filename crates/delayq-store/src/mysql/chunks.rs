@@ -47,7 +47,9 @@ const LOCK_LIVE_HEAD: &str = "SELECT id, topic, status, attempt, is_live FROM jo
 /// Moves many locked live rows at once, each bound as id, status, attempt,
 /// run_at, update_time, result. Every id names a row this transaction holds
 /// locked, so each row takes the `UPDATE` branch and the constants that fill the
-/// other columns are never stored. An `UPDATE` joined on the changes as a
+/// other columns are never stored. They leave `live_bizkey` NULL, so the only
+/// key they can meet is the primary key (never another row's business key).
+/// An `UPDATE` joined on the changes as a
 /// derived table would do the same, but MariaDB builds that table on disk for
 /// every statement (the text columns rule out its in-memory tables).
 const APPLY_CHANGES_HEAD: &str = "INSERT INTO job (id, status, attempt, run_at, update_time, result, \
