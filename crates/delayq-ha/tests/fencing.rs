@@ -41,6 +41,7 @@ async fn partitioned_leader_steps_down_before_a_successor_is_elected() {
         proxied_leader_and_follower(&zk, &root).await;
     let old_recorder = RoleRecorder::start(partitioned.role());
     let new_recorder = RoleRecorder::start(successor.role());
+    let successor_at_start = successor.role().borrow().clone();
 
     let frozen_at = Instant::now();
     proxy.set(Link::Frozen);
@@ -55,10 +56,13 @@ async fn partitioned_leader_steps_down_before_a_successor_is_elected() {
         .find(|(_, role)| role.kind != RoleKind::Leader)
         .expect("the partitioned leader never stepped down");
     let new_history = new_recorder.finish().await;
-    let (successor_elected_at, _) = new_history
-        .iter()
-        .find(|(_, role)| role.kind == RoleKind::Leader)
-        .expect("the successor's recorder saw it elected");
+    let (successor_elected_at, _) =
+        new_history.iter().find(|(_, role)| role.kind == RoleKind::Leader).unwrap_or_else(|| {
+            panic!(
+                "the successor's recorder never saw it elected: {new_history:?}, \
+                 {successor_at_start:?} at the start, elected as {new_term:?}"
+            )
+        });
     let step_down = stepped_down_at.duration_since(frozen_at);
     println!(
         "stepped down after {step_down:?}, successor elected after {:?}",
