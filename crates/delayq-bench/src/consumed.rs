@@ -1,64 +1,250 @@
 //! The frame of the workloads whose jobs consumers take while they are pushed or
-//! after (W2, W4, flow): the producer's connections and the consumers are opened
-//! first, every consumer waits in a pop before the first push, and the run ends
-//! by waiting out late duplicates and stopping the consumers, with the numbers
-//! every such run reports.
+//! after (W2, W4, flow): their consumer flags; the jobs serialized before anything
+//! starts; the producer's connections and the consumers opened next, every
+//! consumer waiting in a pop before the first push; the pushes timed; and the end
+//! of the run, which waits out late duplicates and stops the consumers, with the
+//! numbers every such run reports.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Args;
+use delayq_rpc::pb::v1::PopRequest;
+use serde::Serialize;
+
 use crate::client::BenchClient;
-use crate::consumers::{ConsumerPool, ReceiptLog};
-use crate::error::BenchResult;
+use crate::clock::now_ms;
+use crate::consumers::{Consumer, ConsumerPool, ConsumerSettings, ReceiptLog};
+use crate::error::{BenchError, BenchResult};
 use crate::procstat::CpuSnapshot;
-use crate::pushers::{push_all, Producer, PushStats, PushUnit, TransportArgs};
+use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, PushStats, TransportArgs};
 use crate::report::Metrics;
-use crate::workload_lateness::ConsumerArgs;
 use crate::RunContext;
 
-/// A run with its producer and consumers started.
+/// The flags every consumed workload has after its own: the consumers, and how
+/// the pushes and the consumers reach the server.
+#[derive(Args, Clone, Debug, Serialize)]
+pub(crate) struct ConsumedArgs {
+    /// Consumer settings.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) consumers: ConsumerArgs,
+    /// HTTP or gRPC, for the pushes and the consumers.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) transport: TransportArgs,
+}
+
+/// Consumer flags shared by the lateness, burst and flow workloads.
+#[derive(Args, Clone, Debug, Serialize)]
+pub(crate) struct ConsumerArgs {
+    /// Concurrent long-poll receive slots.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) concurrency: usize,
+    /// Jobs asked for per pop (1–100).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) pop_count: usize,
+    /// Long-poll timeout of each pop in ms (0–30000).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) pop_timeout_ms: u64,
+    /// Acknowledge on a separate pool of this many `/finish` slots, so a pop
+    /// never waits for an ack. Unset (the default, W2 of docs/benchmarks.md): each
+    /// receive slot finishes the jobs it got, one after another, before it pops again.
+    #[arg(long)]
+    pub(crate) finish_concurrency: Option<usize>,
+    /// Pause after every consumer issued its first pop, before pushing.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) settle_ms: u64,
+    /// Time to keep receiving after the last job, to catch duplicates.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) duplicate_wait_ms: u64,
+}
+
+impl ConsumerArgs {
+    /// Returns the consumer settings for `topic` on `server`, reached over `transport`.
+    ///
+    /// # Errors
+    /// As [`TransportArgs::grpc_client`], or an unusable server URL.
+    pub(crate) async fn settings(
+        &self,
+        transport: &TransportArgs,
+        server: &str,
+        topic: &str,
+    ) -> BenchResult<ConsumerSettings> {
+        let consumer = match transport.grpc_client().await? {
+            Some(client) => {
+                let pop = PopRequest {
+                    topic: topic.to_owned(),
+                    count: Some(self.pop_count as i64),
+                    timeout_ms: Some(self.pop_timeout_ms as i64),
+                };
+                Consumer::Grpc { client, pop }
+            }
+            None => {
+                let client = BenchClient::new(server, self.concurrency + self.finish_concurrency.unwrap_or(0))?;
+                let pop_url =
+                    client.url(&format!("/pop?topic={topic}&count={}&timeout={}", self.pop_count, self.pop_timeout_ms));
+                Consumer::Http { client, pop_url }
+            }
+        };
+        Ok(ConsumerSettings {
+            consumer,
+            concurrency: self.concurrency,
+            finish_concurrency: self.finish_concurrency,
+            pop_timeout_ms: self.pop_timeout_ms,
+            settle_ms: self.settle_ms,
+        })
+    }
+}
+
+/// What a consumed run pushes, and how.
+pub(crate) struct PushPlan<'jobs> {
+    jobs: &'jobs [JobSpec],
+    body_bytes: usize,
+    mode: PushMode,
+    batch: usize,
+    slots: usize,
+    check_late: bool,
+}
+
+impl<'jobs> PushPlan<'jobs> {
+    /// A plan to push `jobs`, in this order, with bodies of `body_bytes`: as `mode`, `batch`
+    /// jobs per batch request, `slots` requests in flight. The indexes of `jobs` are
+    /// `0..jobs.len()`, and the `due` each body carries is the due time the
+    /// consumers check receipts against. Jobs sent after their due time are not
+    /// counted.
+    pub(crate) fn new(
+        jobs: &'jobs [JobSpec],
+        body_bytes: usize,
+        mode: PushMode,
+        batch: usize,
+        slots: usize,
+    ) -> PushPlan<'jobs> {
+        PushPlan { jobs, body_bytes, mode, batch, slots, check_late: false }
+    }
+
+    /// The same plan, counting the jobs sent once their due time had come
+    /// (`pushed_late`).
+    pub(crate) fn counting_late(self) -> PushPlan<'jobs> {
+        PushPlan { check_late: true, ..self }
+    }
+
+    /// Each job's body `due` by its index.
+    fn due_by_index(&self) -> Vec<u64> {
+        let mut due_ms = vec![0; self.jobs.len()];
+        for job in self.jobs {
+            if let Some(due) = usize::try_from(job.index).ok().and_then(|index| due_ms.get_mut(index)) {
+                *due = job.body_due_ms;
+            }
+        }
+        due_ms
+    }
+}
+
+/// The pushes of a consumed run.
+pub(crate) struct Pushed {
+    /// Epoch ms just before the first request went out.
+    pub(crate) start_ms: u64,
+    /// Epoch ms when the last push was answered.
+    pub(crate) end_ms: u64,
+    /// What the producers saw.
+    pub(crate) stats: PushStats,
+    jobs: usize,
+    check_late: bool,
+}
+
+impl Pushed {
+    /// Returns how long after `t0_ms` the last push was answered, in ms.
+    pub(crate) fn end_after_ms(&self, t0_ms: u64) -> u64 {
+        self.end_ms.saturating_sub(t0_ms)
+    }
+
+    /// Records `push_end_ms`: [`Pushed::end_after_ms`] of `t0_ms`.
+    pub(crate) fn record_end(&self, metrics: &mut Metrics, t0_ms: u64) {
+        metrics.set("push_end_ms", self.end_after_ms(t0_ms) as f64);
+    }
+
+    /// Records `push_jobs_per_s`: every job over the time from the first request to
+    /// the last answer.
+    pub(crate) fn record_rate(&self, metrics: &mut Metrics) {
+        let elapsed_ms = self.end_ms.saturating_sub(self.start_ms).max(1);
+        metrics.set("push_jobs_per_s", self.jobs as f64 * 1000.0 / elapsed_ms as f64);
+    }
+
+    /// Records `pushed_late` when the plan counted it, then `push_errors`.
+    pub(crate) fn record_outcome(&self, metrics: &mut Metrics) {
+        if self.check_late {
+            metrics.set("pushed_late", self.stats.pushed_late as f64);
+        }
+        metrics.set("push_errors", self.stats.job_errors() as f64);
+    }
+}
+
+/// A run with its consumers started and its jobs pushed.
 pub(crate) struct ConsumedRun {
-    producer: Producer,
-    push_slots: usize,
+    /// Held until the run stops, so that closing the producer's connections does
+    /// not fall into the time the consumers are measured in.
+    _producer: Producer,
     pool: ConsumerPool,
     log: Arc<ReceiptLog>,
     duplicate_wait: Duration,
     /// The CPU counters when everything was started, before the first push.
     cpu_before: CpuSnapshot,
+    jobs: usize,
 }
 
 impl ConsumedRun {
-    /// Opens `push_slots` producer connections and starts the consumers of `topic`,
-    /// which expect one job per entry of `due_ms`; returns once every consumer is
-    /// waiting in a pop.
+    /// Serializes the jobs of `plan` for `topic`, opens the producer's connections,
+    /// starts the consumers of `topic` and waits until every one of them is
+    /// waiting in a pop; then pushes every job. Returns the run, its consumers
+    /// still taking jobs, and the pushes.
     ///
     /// # Errors
-    /// A failure to open the connections.
-    pub(crate) async fn start(
+    /// [`BenchError::Invalid`] for a plan without jobs (the workloads' `--n` of
+    /// 0) or jobs that do not fit the body size, or a failure to open the
+    /// connections.
+    pub(crate) async fn start_and_push(
         context: &RunContext,
         topic: &str,
-        transport: &TransportArgs,
-        consumers: &ConsumerArgs,
-        push_slots: usize,
-        due_ms: Vec<u64>,
-    ) -> BenchResult<ConsumedRun> {
-        let producer = transport.producer(&BenchClient::new(&context.server, push_slots)?, push_slots).await?;
-        let log = Arc::new(ReceiptLog::new(due_ms));
+        args: &ConsumedArgs,
+        plan: &PushPlan<'_>,
+    ) -> BenchResult<(ConsumedRun, Pushed)> {
+        if plan.jobs.is_empty() {
+            return Err(BenchError::Invalid("need n > 0".into()));
+        }
+        let ConsumedArgs { consumers, transport } = args;
+        let units = Arc::new(build_units(
+            topic,
+            plan.jobs,
+            plan.body_bytes,
+            plan.mode,
+            plan.batch,
+            plan.check_late,
+            transport.transport,
+        )?);
+        let producer = transport.producer(&BenchClient::new(&context.server, plan.slots)?, plan.slots).await?;
+        let log = Arc::new(ReceiptLog::new(plan.due_by_index()));
         let settings = consumers.settings(transport, &context.server, topic).await?;
         let pool = ConsumerPool::start(&settings, Arc::clone(&log)).await?;
         let cpu_before = context.probes.cpu_snapshot().await;
-        let duplicate_wait = Duration::from_millis(consumers.duplicate_wait_ms);
-        Ok(ConsumedRun { producer, push_slots, pool, log, duplicate_wait, cpu_before })
+        let start_ms = now_ms();
+        let stats = push_all(&producer, units, plan.slots).await;
+        let end_ms = now_ms();
+        let jobs = plan.jobs.len();
+        let run = ConsumedRun {
+            _producer: producer,
+            pool,
+            log,
+            duplicate_wait: Duration::from_millis(consumers.duplicate_wait_ms),
+            cpu_before,
+            jobs,
+        };
+        Ok((run, Pushed { start_ms, end_ms, stats, jobs, check_late: plan.check_late }))
     }
 
     /// What the consumers have received and finished so far.
     pub(crate) fn log(&self) -> &ReceiptLog {
         &self.log
-    }
-
-    /// Pushes every unit, `push_slots` requests in flight.
-    pub(crate) async fn push(&self, units: Arc<Vec<PushUnit>>) -> PushStats {
-        push_all(&self.producer, units, self.push_slots).await
     }
 
     /// Waits until every job was received or the wall clock reaches `deadline_ms`.
@@ -69,17 +255,101 @@ impl ConsumedRun {
     /// Waits out late duplicates and stops the consumers. Returns the metrics of
     /// every such run (the job count, the receipt counters, CPU per job over the
     /// pushes and the consumption) and the log, final now.
-    pub(crate) async fn stop(self, context: &RunContext, jobs: usize) -> (Metrics, Arc<ReceiptLog>) {
+    pub(crate) async fn stop(self, context: &RunContext) -> (Metrics, Arc<ReceiptLog>) {
         tokio::time::sleep(self.duplicate_wait).await;
         self.pool.stop().await;
         let cpu_after = context.probes.cpu_snapshot().await;
         let mut metrics = Metrics::default();
-        metrics.set("n", jobs as f64);
+        metrics.set("n", self.jobs as f64);
         let counters = self.log.counters();
         counters.record_into(&mut metrics);
-        for (name, value) in self.cpu_before.micros_per_job(&cpu_after, jobs) {
+        for (name, value) in self.cpu_before.micros_per_job(&cpu_after, self.jobs) {
             metrics.set_some(name, value);
         }
         (metrics, self.log)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::DueTime;
+
+    #[test]
+    fn receipts_are_checked_against_each_body_due_by_index() {
+        let jobs: Vec<JobSpec> = [2_u64, 0, 1]
+            .into_iter()
+            .map(|index| JobSpec { index, due: DueTime::RunAtMs(100 + index), body_due_ms: 100 + index })
+            .collect();
+        let plan = PushPlan::new(&jobs, 100, PushMode::Single, 1, 1);
+        assert_eq!(plan.due_by_index(), vec![100, 101, 102]);
+    }
+
+    fn consumed_args() -> ConsumedArgs {
+        let consumers = ConsumerArgs {
+            concurrency: 1,
+            pop_count: 1,
+            pop_timeout_ms: 0,
+            finish_concurrency: None,
+            settle_ms: 0,
+            duplicate_wait_ms: 0,
+        };
+        let transport = TransportArgs { transport: crate::pushers::Transport::Http, grpc_server: None };
+        ConsumedArgs { consumers, transport }
+    }
+
+    #[test]
+    fn the_shared_flags_are_written_flat_among_the_workload_parameters() {
+        let Ok(serde_json::Value::Object(params)) = serde_json::to_value(consumed_args()) else { panic!("an object") };
+        let mut names: Vec<&str> = params.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        let expected = [
+            "concurrency",
+            "duplicate_wait_ms",
+            "finish_concurrency",
+            "grpc_server",
+            "pop_count",
+            "pop_timeout_ms",
+            "settle_ms",
+            "transport",
+        ];
+        assert_eq!(names, expected);
+        assert_eq!(params.get("transport"), Some(&serde_json::Value::from("http")));
+    }
+
+    #[test]
+    fn a_run_without_jobs_is_refused_before_anything_opens() {
+        let context = RunContext {
+            server: "http://127.0.0.1:9".to_owned(),
+            probes: crate::procstat::Probes { server: None, redis: None },
+        };
+        let args = consumed_args();
+        let plan = PushPlan::new(&[], 100, PushMode::Single, 1, 1);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let Ok(runtime) = runtime else { panic!("runtime") };
+        let started = runtime.block_on(ConsumedRun::start_and_push(&context, "t", &args, &plan));
+        assert!(matches!(started, Err(BenchError::Invalid(_))));
+    }
+
+    #[test]
+    fn push_numbers_and_late_pushes_only_where_counted() {
+        let stats = PushStats { refused_jobs: 2, failed_jobs: 1, pushed_late: 4, ..PushStats::default() };
+        let pushed = Pushed { start_ms: 1000, end_ms: 1500, stats, jobs: 100, check_late: true };
+        let mut metrics = Metrics::default();
+        pushed.record_end(&mut metrics, 900);
+        pushed.record_rate(&mut metrics);
+        pushed.record_outcome(&mut metrics);
+        assert_eq!(metrics.get("push_end_ms"), Some(600.0));
+        assert_eq!(metrics.get("push_jobs_per_s"), Some(200.0));
+        assert_eq!(metrics.get("pushed_late"), Some(4.0));
+        assert_eq!(metrics.get("push_errors"), Some(3.0));
+
+        let unchecked = Pushed { check_late: false, end_ms: 1000, ..pushed };
+        let mut metrics = Metrics::default();
+        unchecked.record_rate(&mut metrics);
+        unchecked.record_outcome(&mut metrics);
+        // A push that took no measurable time counts as one ms.
+        assert_eq!(metrics.get("push_jobs_per_s"), Some(100_000.0));
+        assert_eq!(metrics.get("pushed_late"), None);
     }
 }

@@ -10,6 +10,8 @@
 //! - `prng`: mulberry32, uniform delays and the Fisher–Yates order.
 //! - `body`, `pushers`: job bodies and the pre-serialized producer slots.
 //! - `consumers`: long-polling receive slots, receipts and the finishers.
+//! - `consumed`: the frame of W2, W4 and flow: their consumer flags, the jobs pushed
+//!   while the consumers run, and the numbers every such run reports.
 //! - `workload_push`, `workload_lateness`, `workload_memory`, `workload_burst`, `workload_flow`: one per workload;
 //!   `workload_ceiling`: the Redis-only baseline the push numbers are divided by;
 //!   `workload_floor`: the cost of a `/push` round trip before any queue work.

@@ -5,7 +5,6 @@
 //! push was answered (still queued, or popped and not yet acked), and how long
 //! the rest took.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -13,11 +12,10 @@ use serde::Serialize;
 
 use crate::body::DueTime;
 use crate::clock::now_ms;
-use crate::consumed::ConsumedRun;
-use crate::error::{BenchError, BenchResult};
-use crate::pushers::{build_units, JobSpec, PushMode, TransportArgs};
+use crate::consumed::{ConsumedArgs, ConsumedRun, PushPlan};
+use crate::error::BenchResult;
+use crate::pushers::{JobSpec, PushMode};
 use crate::report::Metrics;
-use crate::workload_lateness::ConsumerArgs;
 use crate::RunContext;
 
 /// Parameters of the flow workload.
@@ -35,14 +33,10 @@ pub(crate) struct FlowArgs {
     /// Body size in bytes.
     #[arg(long, default_value_t = 100)]
     pub(crate) body_bytes: usize,
-    /// Consumer settings.
+    /// The consumers, and how everything reaches the server.
     #[command(flatten)]
     #[serde(flatten)]
-    pub(crate) consumers: ConsumerArgs,
-    /// HTTP or gRPC, for the pushes and the consumers.
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub(crate) transport: TransportArgs,
+    pub(crate) consumed: ConsumedArgs,
 }
 
 /// Runs the flow workload once on `topic`.
@@ -50,32 +44,16 @@ pub(crate) struct FlowArgs {
 /// # Errors
 /// Returns invalid parameters or a failure to set the run up.
 pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> BenchResult<Metrics> {
-    if args.n == 0 {
-        return Err(BenchError::Invalid("need n > 0".into()));
-    }
     // Due on arrival: every job is due at the run's start, already past when it
     // is pushed, so each is ready at once and carries the due time the receipt
     // log checks.
     let t0_ms = now_ms();
     let jobs: Vec<JobSpec> =
         (0..args.n as u64).map(|index| JobSpec { index, due: DueTime::RunAtMs(t0_ms), body_due_ms: t0_ms }).collect();
-    let units =
-        Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Single, 1, false, args.transport.transport)?);
-
-    let run = ConsumedRun::start(
-        context,
-        topic,
-        &args.transport,
-        &args.consumers,
-        args.push_concurrency,
-        vec![t0_ms; args.n],
-    )
-    .await?;
-    let push_start_ms = now_ms();
-    let push_stats = run.push(units).await;
-    let push_end_ms = now_ms();
+    let plan = PushPlan::new(&jobs, args.body_bytes, PushMode::Single, 1, args.push_concurrency);
+    let (run, pushed) = ConsumedRun::start_and_push(context, topic, &args.consumed, &plan).await?;
     let at_push_end = run.log().counters();
-    run.wait_for_all(push_end_ms + args.grace_ms).await;
+    run.wait_for_all(pushed.end_ms + args.grace_ms).await;
     // Every job received: wait for the acks of the last pops to be answered.
     let finish_deadline = now_ms() + args.grace_ms;
     while now_ms() < finish_deadline {
@@ -85,10 +63,9 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let (mut metrics, log) = run.stop(context, args.n).await;
-    let push_elapsed_ms = push_end_ms.saturating_sub(push_start_ms).max(1);
-    metrics.set("push_jobs_per_s", args.n as f64 * 1000.0 / push_elapsed_ms as f64);
-    metrics.set("push_errors", push_stats.job_errors() as f64);
+    let (mut metrics, log) = run.stop(context).await;
+    pushed.record_rate(&mut metrics);
+    pushed.record_outcome(&mut metrics);
     metrics.set("unfinished_at_push_end", args.n.saturating_sub(at_push_end.finished as usize) as f64);
     // Of those, the ones still queued in delayq (the backlog), and the ones the
     // consumers held: popped, not yet acked (at most a pop's count per slot).
@@ -96,12 +73,13 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
     metrics.set("in_hand_at_push_end", at_push_end.received.saturating_sub(at_push_end.finished) as f64);
     let counters = log.counters();
     if counters.last_finish_ms > 0 {
-        let last_finish_ms = counters.last_finish_ms.max(push_end_ms);
+        let last_finish_ms = counters.last_finish_ms.max(pushed.end_ms);
         // How long after the last push was answered the last ack was.
-        metrics.set("finish_after_push_ms", (last_finish_ms - push_end_ms) as f64);
-        let flow_elapsed_ms = last_finish_ms.saturating_sub(push_start_ms).max(1);
+        metrics.set("finish_after_push_ms", (last_finish_ms - pushed.end_ms) as f64);
+        let flow_elapsed_ms = last_finish_ms.saturating_sub(pushed.start_ms).max(1);
         metrics.set("finish_jobs_per_s", counters.finished as f64 * 1000.0 / flow_elapsed_ms as f64);
     }
-    metrics.valid = push_stats.job_errors() == 0 && counters.received == args.n as u64 && counters.due_mismatches == 0;
+    metrics.valid =
+        pushed.stats.job_errors() == 0 && counters.received == args.n as u64 && counters.due_mismatches == 0;
     Ok(metrics)
 }
