@@ -3,9 +3,9 @@
 //!
 //! The builder lives here rather than on [`Job`] in `delayq-common`: that crate
 //! is part of the server, and a job whose values no client asked for has no
-//! place in it. Every crate whose tests build jobs already depends on this one,
-//! so the store and the scheduler suites share one notion of a plain job. A
-//! test that needs another value sets that field on the result.
+//! place in it. The crates that store and schedule jobs already depend on this
+//! one for their tests and conformance suites, so those share one notion of a
+//! plain job. A test that needs another value sets that field on the result.
 
 use std::time::Duration;
 
