@@ -1,13 +1,17 @@
 //! The timer: sleeps until the earliest due job, promotes what is due, and is
 //! woken early when a sooner job arrives.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::Timestamp;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::error::QueueResult;
+use crate::scheduler::Promotion;
 use crate::service::DelayQueue;
 
 /// The longest the timer sleeps without looking, a guard against clock jumps.
@@ -72,9 +76,31 @@ pub async fn run_timer_fenced(
     holds_leadership: impl Fn() -> bool + Send,
 ) {
     let wakeup = queue.scheduler().wakeup();
-    let mut lease = LeaseGate::new("timer", holds_leadership);
+    let queue = &queue;
+    promote_until_cancelled(&wakeup, &cancel, LeaseGate::new("timer", holds_leadership), || {
+        queue.promote_due(Timestamp::now())
+    })
+    .await;
+}
+
+/// The loop of every timer: runs `round` (one promotion as of now) whenever
+/// the earliest due job may have come due or `wakeup` fires, until `cancel`
+/// fires; `lease` is passed before every round.
+///
+/// The server's timer promotes through its [`DelayQueue`], which journals each
+/// change; the conformance suite drives a bare [`Scheduler`](crate::Scheduler)
+/// with the same loop, so both wait and wake alike.
+pub(crate) async fn promote_until_cancelled<F, R>(
+    wakeup: &Notify,
+    cancel: &CancellationToken,
+    mut lease: LeaseGate<F>,
+    round: impl Fn() -> R,
+) where
+    F: Fn() -> bool,
+    R: Future<Output = QueueResult<Promotion>>,
+{
     loop {
-        if !lease.pass(&cancel).await {
+        if !lease.pass(cancel).await {
             return;
         }
         // Register interest before looking, so a push that lands during the
@@ -82,8 +108,7 @@ pub async fn run_timer_fenced(
         let woken = wakeup.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let now = Timestamp::now();
-        let sleep_for = match queue.promote_due(now).await {
+        let sleep_for = match round().await {
             Ok(promotion) if promotion.more => {
                 tokio::task::yield_now().await;
                 continue;

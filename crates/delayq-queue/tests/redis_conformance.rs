@@ -15,6 +15,7 @@ mod common;
 
 use common::{connect, job, topic, unique_prefix};
 use delayq_testkit::{eventually, service, RedisProcess};
+use tokio_util::sync::CancellationToken;
 
 const URL_VARIABLE: &str = "DELAYQ_TEST_REDIS_URL";
 
@@ -311,7 +312,8 @@ async fn measure_schedule_throughput() {
 }
 
 /// Firing lateness in the shape of workload W2 (20,000 jobs due over 5 s,
-/// 50 consumers long-polling up to 100 jobs), with a timer like `run_timer`.
+/// 50 consumers long-polling up to 100 jobs), with the loop of `run_timer` over
+/// the scheduler alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement; run with --ignored --nocapture"]
 async fn measure_lateness() {
@@ -319,26 +321,8 @@ async fn measure_lateness() {
     let Some(server) = RedisProcess::start().await else { return };
     let scheduler = Arc::new(connect(&server.url(), "delayq").await);
     let queue = topic("bench.w2");
-    let timer = {
-        let scheduler = Arc::clone(&scheduler);
-        tokio::spawn(async move {
-            let wakeup = scheduler.wakeup();
-            loop {
-                let woken = wakeup.notified();
-                tokio::pin!(woken);
-                woken.as_mut().enable();
-                let Ok(round) = scheduler.promote_due(Timestamp::now(), 1000).await else { continue };
-                if round.more {
-                    continue;
-                }
-                let idle = round.next_due.map_or(Duration::from_secs(5), |due| due.until(Timestamp::now()));
-                tokio::select! {
-                    () = &mut woken => {}
-                    () = tokio::time::sleep(idle) => {}
-                }
-            }
-        })
-    };
+    let stop_timer = CancellationToken::new();
+    let timer = delayq_queue::testsuite::spawn_timer(Arc::clone(&scheduler), stop_timer.clone());
     let late = Arc::new(std::sync::Mutex::new(Vec::new()));
     let consumers: Vec<_> = (0..50)
         .map(|_| {
@@ -377,7 +361,8 @@ async fn measure_lateness() {
     for consumer in consumers {
         consumer.await.expect("consumer");
     }
-    timer.abort();
+    stop_timer.cancel();
+    timer.await.expect("timer ends");
     let mut late = late.lock().expect("lock").clone();
     late.sort_unstable();
     let rank = |p: f64| late[((p / 100.0 * late.len() as f64).ceil() as usize).saturating_sub(1)];

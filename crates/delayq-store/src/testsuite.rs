@@ -16,11 +16,14 @@
 //!
 //! `DELAYQ_TEST_REQUIRE_SERVICES=1` turns a skipped backend into a failure.
 
-use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+// What `store_conformance!` expands to, reached through this crate so that a
+// crate running the suite needs no dependency of its own on the testkit.
+#[doc(hidden)]
+pub use delayq_testkit::conformance_tests;
+pub use delayq_testkit::{job_id, unique_name};
 
 use crate::store::{JobStore, ListCursor, StateChange, StoreError};
 
@@ -38,7 +41,8 @@ pub use writes::*;
 
 /// Expands to one `#[tokio::test]` per shared-safe check, given an expression
 /// of type `impl Future<Output = Option<Arc<dyn JobStore>>>` evaluated once per
-/// test (`None`: the backend is not configured; the test prints "skipped" and passes).
+/// test (`None`: the backend is not configured; the test is skipped, as
+/// [`delayq_testkit::skip`] says). Each test closes its store when its check ends.
 ///
 /// ```ignore
 /// async fn sqlite_store() -> Option<Arc<dyn JobStore>> { ... }
@@ -47,104 +51,52 @@ pub use writes::*;
 #[macro_export]
 macro_rules! store_conformance {
     ($factory:expr) => {
-        $crate::store_conformance!(@checks $factory;
-            check_insert_get_round_trip,
-            check_duplicate_live_id_is_refused,
-            check_insert_over_ended_job_continues_history,
-            check_history_order_within_a_batch,
-            check_biz_key_unique_among_live_jobs,
-            check_replace,
-            check_record_and_history_in_order,
-            check_ended_jobs_never_move,
-            check_live_jobs_never_go_back,
-            check_changes_of_a_job_within_one_write,
-            check_results_within_one_write,
-            check_journal_is_ordered_with_durable_writes,
-            check_list_orders_and_pages,
-            check_live_jobs_pages_by_id,
-            check_counts,
-            check_counts_follow_every_change,
-            check_purge_ended,
-            check_history_returns_the_newest_lines,
-            check_concurrent_inserts_are_durable,
-            check_batch_with_refused_items,
-            check_ping_and_empty_writes,
-            check_all_concurrently,
-        );
+        $crate::testsuite::conformance_tests! {
+            suite: $crate::testsuite,
+            backend: store = $factory,
+            worker_threads: 4,
+            after: { store.close().await },
+            checks: [
+                check_insert_get_round_trip,
+                check_duplicate_live_id_is_refused,
+                check_insert_over_ended_job_continues_history,
+                check_history_order_within_a_batch,
+                check_biz_key_unique_among_live_jobs,
+                check_replace,
+                check_record_and_history_in_order,
+                check_ended_jobs_never_move,
+                check_live_jobs_never_go_back,
+                check_changes_of_a_job_within_one_write,
+                check_results_within_one_write,
+                check_journal_is_ordered_with_durable_writes,
+                check_list_orders_and_pages,
+                check_live_jobs_pages_by_id,
+                check_counts,
+                check_counts_follow_every_change,
+                check_purge_ended,
+                check_history_returns_the_newest_lines,
+                check_concurrent_inserts_are_durable,
+                check_batch_with_refused_items,
+                check_ping_and_empty_writes,
+                check_all_concurrently,
+            ],
+        }
     };
-    (@checks $factory:expr; $($check:ident),+ $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $check() {
-                let Some(store) = $crate::testsuite::store_or_skip(stringify!($check), $factory).await else {
-                    return;
-                };
-                $crate::testsuite::$check(::std::sync::Arc::clone(&store)).await;
-                store.close().await;
-            }
-        )+
-    };
-}
-
-/// Awaits the factory; prints "skipped" when it has no store, or fails when
-/// `DELAYQ_TEST_REQUIRE_SERVICES=1`.
-pub async fn store_or_skip(
-    check: &str,
-    factory: impl Future<Output = Option<Arc<dyn JobStore>>>,
-) -> Option<Arc<dyn JobStore>> {
-    let store = factory.await;
-    if store.is_none() {
-        delayq_testkit::skip(&format!("{check}: the store backend is not configured"));
-    }
-    store
 }
 
 /// A history limit above any history the checks make: their whole history.
 pub const ALL_HISTORY: usize = 10_000;
 
-/// Returns a name no other check, test run or process uses (for ids and topics).
-pub fn unique_name(prefix: &str) -> String {
-    delayq_testkit::unique_name(prefix)
-}
-
-/// Returns a waiting job with every optional field empty.
+/// Returns a plain job ([`delayq_testkit::job_created_at`]), created now and
+/// due in a minute.
 pub fn sample_job(id: &str, topic: &Topic) -> Job {
     let now = Timestamp::now();
-    Job {
-        id: job_id(id),
-        topic: topic.clone(),
-        subtopic: None,
-        body: format!("body of {id}"),
-        biz_key: None,
-        create_time: now,
-        delay: Duration::from_secs(60),
-        run_at: now.plus(Duration::from_secs(60)),
-        ttr: Duration::from_secs(30),
-        priority: 1,
-        max_retries: 3,
-        retry_backoff: Vec::new(),
-        ttl: Duration::ZERO,
-        attempt: 1,
-        state: JobState::Delay,
-        result: None,
-        updated_at: now,
-    }
-}
-
-/// Parses an id the checks built themselves.
-pub fn job_id(id: &str) -> JobId {
-    match JobId::parse(id) {
-        Ok(id) => id,
-        Err(invalid) => panic!("test id {id:?}: {invalid}"),
-    }
+    delayq_testkit::job_created_at(id, topic, now, now.plus(Duration::from_secs(60)))
 }
 
 /// Returns a topic of its own for one check.
 pub fn unique_topic(prefix: &str) -> Topic {
-    match Topic::parse(unique_name(prefix)) {
-        Ok(topic) => topic,
-        Err(invalid) => panic!("test topic: {invalid}"),
-    }
+    delayq_testkit::topic(&unique_name(prefix))
 }
 
 /// Returns `job` moved to `state` at `at`, as a [`StateChange`].

@@ -16,7 +16,10 @@
 //! - `eventually`: [`eventually`], polling until a condition holds;
 //! - `proxy`: [`FaultProxy`], a TCP proxy whose [`Link`] a test cuts or freezes;
 //! - `redis`: [`RedisProcess`], a private `redis-server` a test may empty,
-//!   stop or restart.
+//!   stop or restart;
+//! - `job`: [`job`] and [`job_created_at`], jobs with plain test values;
+//! - `conformance`: [`conformance_tests!`], a conformance suite as one test
+//!   per check, and [`backend_or_skip`].
 
 // Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
 #![cfg_attr(
@@ -24,11 +27,15 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
 )]
 
+mod conformance;
 mod eventually;
+mod job;
 mod proxy;
 mod redis;
 
+pub use conformance::backend_or_skip;
 pub use eventually::{eventually, Settled};
+pub use job::{job, job_created_at, job_id, topic};
 pub use proxy::{FaultProxy, Link};
 pub use redis::RedisProcess;
 

@@ -3,68 +3,22 @@
 
 use std::time::Duration;
 
-use delayq_common::JobState;
+use delayq_testkit::topic;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
 
+/// A plain job ([`delayq_testkit::job_created_at`]) created at its due time.
 fn job(id: &str, topic: &str, run_at: Timestamp) -> Job {
-    Job {
-        id: JobId::parse(id).expect("valid id"),
-        topic: Topic::parse(topic).expect("valid topic"),
-        subtopic: None,
-        body: "body".into(),
-        biz_key: None,
-        create_time: run_at,
-        delay: Duration::ZERO,
-        run_at,
-        ttr: Duration::from_secs(30),
-        priority: 1,
-        max_retries: 3,
-        retry_backoff: Vec::new(),
-        ttl: Duration::ZERO,
-        attempt: 1,
-        state: JobState::Delay,
-        result: None,
-        updated_at: run_at,
-    }
-}
-
-fn topic(value: &str) -> Topic {
-    Topic::parse(value).expect("valid topic")
-}
-
-/// The timer loop of `crate::timer`, without the store.
-fn spawn_timer(scheduler: Arc<MemoryScheduler>, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let wakeup = scheduler.wakeup();
-        loop {
-            let woken = wakeup.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let Ok(promotion) = scheduler.promote_due(Timestamp::now(), 1000).await else { return };
-            if promotion.more {
-                continue;
-            }
-            let sleep_for = promotion.next_due.map_or(Duration::from_secs(5), |next| next.until(Timestamp::now()));
-            if sleep_for.is_zero() {
-                continue;
-            }
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = &mut woken => {}
-                () = tokio::time::sleep(sleep_for) => {}
-            }
-        }
-    })
+    delayq_testkit::job_created_at(id, &delayq_testkit::topic(topic), run_at, run_at)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_consumer_gets_a_due_job_within_milliseconds() {
     let scheduler = Arc::new(MemoryScheduler::new());
     let cancel = CancellationToken::new();
-    let timer = spawn_timer(Arc::clone(&scheduler), cancel.clone());
+    let timer = crate::testsuite::spawn_timer(Arc::clone(&scheduler), cancel.clone());
     let topic = topic("precision");
     let mut lateness = Vec::new();
     for n in 0..20u64 {

@@ -261,27 +261,17 @@ mod tests {
         record
     }
 
+    /// A plain job due in an hour, at a fixed instant so that records are
+    /// the same from run to run.
     fn sample(body_len: usize) -> Job {
         let now = Timestamp::from_millis(1_790_000_000_000);
-        Job {
-            id: JobId::parse("1234567890123456789").expect("id"),
-            topic: Topic::parse("bench").expect("topic"),
-            subtopic: None,
-            body: "x".repeat(body_len),
-            biz_key: None,
-            create_time: now,
-            delay: Duration::from_secs(3600),
-            run_at: now.plus(Duration::from_secs(3600)),
-            ttr: Duration::from_secs(30),
-            priority: 1,
-            max_retries: 10,
-            retry_backoff: Vec::new(),
-            ttl: Duration::ZERO,
-            attempt: 1,
-            state: JobState::Delay,
-            result: None,
-            updated_at: now,
-        }
+        let job = delayq_testkit::job_created_at(
+            "1234567890123456789",
+            &delayq_testkit::topic("bench"),
+            now,
+            now.plus(Duration::from_secs(3600)),
+        );
+        Job { body: "x".repeat(body_len), ..job }
     }
 
     #[test]

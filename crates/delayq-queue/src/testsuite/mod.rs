@@ -3,7 +3,8 @@
 //!
 //! A backend runs the suite with [`scheduler_conformance!`](crate::scheduler_conformance),
 //! giving an async expression that yields `Some(scheduler)`, or `None` when the
-//! backend's service is not configured (the tests then print `skipped: ...` and pass).
+//! backend's service is not configured (the tests are then skipped, as
+//! [`delayq_testkit::skip`] says).
 //!
 //! The checks are written for a backend shared by many tests running at the
 //! same time (one Redis for every test binary, say):
@@ -34,7 +35,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+// What `scheduler_conformance!` expands to, reached through this crate so that
+// a crate running the suite needs no dependency of its own on the testkit.
+#[doc(hidden)]
+pub use delayq_testkit::conformance_tests;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 pub use self::delivery::{
     check_concurrent_consumers_get_each_job_once, check_due_order, check_long_poll_times_out,
@@ -52,13 +58,14 @@ pub use self::records::{
 };
 use crate::error::QueueResult;
 use crate::scheduler::{Promotion, Scheduler};
+use crate::timer::{promote_until_cancelled, LeaseGate};
 
 /// Expands to one `#[tokio::test]` per conformance check, each running it
-/// against a scheduler from `factory`.
+/// against a scheduler from `factory` ([`delayq_testkit::conformance_tests!`]).
 ///
 /// `factory` is an async expression of type `Option<Arc<dyn Scheduler>>`,
 /// evaluated once per test; `None` means the backend is not configured and the
-/// test passes after printing `skipped: ...`. The calling crate needs `tokio`
+/// test is skipped ([`delayq_testkit::skip`]). The calling crate needs `tokio`
 /// (with `macros` and `rt-multi-thread`) among its dev-dependencies.
 ///
 /// - `scheduler_conformance!(factory)`: every check that is safe on a backend
@@ -75,52 +82,48 @@ use crate::scheduler::{Promotion, Scheduler};
 #[macro_export]
 macro_rules! scheduler_conformance {
     (exclusive: $factory:expr) => {
-        $crate::scheduler_conformance!(@checks $factory; check_clear, check_topics_after_clear);
-    };
-    (@checks $factory:expr; $($check:ident),+ $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                let scheduler: ::std::option::Option<::std::sync::Arc<dyn $crate::Scheduler>> = $factory.await;
-                match scheduler {
-                    ::std::option::Option::Some(scheduler) => $crate::testsuite::$check(scheduler).await,
-                    ::std::option::Option::None => {
-                        ::std::eprintln!("skipped: {}: the scheduler backend is not configured", stringify!($check));
-                    }
-                }
-            }
-        )+
+        $crate::testsuite::conformance_tests! {
+            suite: $crate::testsuite,
+            backend: scheduler = $factory,
+            worker_threads: 2,
+            checks: [check_clear, check_topics_after_clear],
+        }
     };
     ($factory:expr) => {
-        $crate::scheduler_conformance!(@checks $factory;
-            check_schedule_and_get,
-            check_schedule_conflict,
-            check_concurrent_gets,
-            check_due_order,
-            check_not_ready_before_run_at,
-            check_priority_order,
-            check_reserve_count,
-            check_promote_batches,
-            check_wakeup_on_sooner_job,
-            check_long_poll_wakes_on_due_job,
-            check_long_poll_times_out,
-            check_long_poll_waiters_get_distinct_jobs,
-            check_concurrent_consumers_get_each_job_once,
-            check_ttr_redelivery,
-            check_nack_with_delay,
-            check_dead_after_ttr_retries,
-            check_dead_after_nack,
-            check_ttl_expiry,
-            check_touch_extends_ttr,
-            check_finish,
-            check_concurrent_finishes,
-            check_delete_in_each_state,
-            check_stats,
-            check_restore_is_idempotent,
-            check_restore_batch,
-            check_intact_while_data_kept,
-            check_replace,
-        );
+        $crate::testsuite::conformance_tests! {
+            suite: $crate::testsuite,
+            backend: scheduler = $factory,
+            worker_threads: 2,
+            checks: [
+                check_schedule_and_get,
+                check_schedule_conflict,
+                check_concurrent_gets,
+                check_due_order,
+                check_not_ready_before_run_at,
+                check_priority_order,
+                check_reserve_count,
+                check_promote_batches,
+                check_wakeup_on_sooner_job,
+                check_long_poll_wakes_on_due_job,
+                check_long_poll_times_out,
+                check_long_poll_waiters_get_distinct_jobs,
+                check_concurrent_consumers_get_each_job_once,
+                check_ttr_redelivery,
+                check_nack_with_delay,
+                check_dead_after_ttr_retries,
+                check_dead_after_nack,
+                check_ttl_expiry,
+                check_touch_extends_ttr,
+                check_finish,
+                check_concurrent_finishes,
+                check_delete_in_each_state,
+                check_stats,
+                check_restore_is_idempotent,
+                check_restore_batch,
+                check_intact_while_data_kept,
+                check_replace,
+            ],
+        }
     };
 }
 
@@ -129,6 +132,8 @@ macro_rules! scheduler_conformance {
 const WAIT_LIMIT: Duration = Duration::from_secs(10);
 /// The pause between two looks of a wait-loop.
 const POLL: Duration = Duration::from_millis(5);
+/// The most jobs one promotion of the suite moves.
+const PROMOTE_BATCH: usize = 1000;
 
 /// Topic and id names no other check or concurrent test run uses.
 struct Names {
@@ -151,29 +156,9 @@ impl Names {
         JobId::parse(format!("{}.{name}", self.prefix)).unwrap_or_else(|error| panic!("id {name}: {error}"))
     }
 
-    /// A job with the defaults of a plain push: ttr 30 s, priority 1,
-    /// 10 retries, no ttl, first attempt.
+    /// A job with the defaults of a plain push ([`delayq_testkit::job`]).
     fn job(&self, name: &str, topic: &Topic, run_at: Timestamp) -> Job {
-        let now = Timestamp::now();
-        Job {
-            id: self.id(name),
-            topic: topic.clone(),
-            subtopic: None,
-            body: format!("body of {name}"),
-            biz_key: None,
-            create_time: now,
-            delay: run_at.since(now),
-            run_at,
-            ttr: Duration::from_secs(30),
-            priority: 1,
-            max_retries: 10,
-            retry_backoff: Vec::new(),
-            ttl: Duration::ZERO,
-            attempt: 1,
-            state: JobState::Delay,
-            result: None,
-            updated_at: now,
-        }
+        delayq_testkit::job(self.id(name).as_str(), topic, run_at)
     }
 }
 
@@ -221,7 +206,7 @@ fn assert_wrong_state<T: Debug>(what: &str, outcome: QueueResult<T>, state: JobS
 async fn promote(scheduler: &dyn Scheduler) -> Promotion {
     let mut all = Promotion::default();
     loop {
-        let round = ok("promote_due", scheduler.promote_due(Timestamp::now(), 1000).await);
+        let round = ok("promote_due", scheduler.promote_due(Timestamp::now(), PROMOTE_BATCH).await);
         all.changed.extend(round.changed);
         all.next_due = round.next_due;
         if !round.more {
@@ -311,4 +296,21 @@ impl Drop for Promoter {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Spawns a timer over `scheduler` alone until `cancel` fires: the loop of
+/// [`run_timer`](crate::run_timer), with nothing journaled, so that a test
+/// measures how soon the backend itself delivers a due job.
+pub fn spawn_timer<S>(scheduler: Arc<S>, cancel: CancellationToken) -> JoinHandle<()>
+where
+    S: Scheduler + ?Sized + 'static,
+{
+    tokio::spawn(async move {
+        let wakeup = scheduler.wakeup();
+        let scheduler = &scheduler;
+        promote_until_cancelled(&wakeup, &cancel, LeaseGate::new("timer", || true), || {
+            scheduler.promote_due(Timestamp::now(), PROMOTE_BATCH)
+        })
+        .await;
+    })
 }

@@ -9,8 +9,9 @@ pub mod topic_metadata;
 
 use std::time::Duration;
 
-use delayq_common::{Due, Job, JobId, JobState, PushRequest, Timestamp, Topic};
+use delayq_common::{Due, Job, JobId, PushRequest, Timestamp, Topic};
 use delayq_queue::{RedisScheduler, RedisSchedulerOptions};
+pub use delayq_testkit::topic;
 
 /// A key prefix no other test (or run) uses.
 pub fn unique_prefix() -> String {
@@ -23,33 +24,10 @@ pub async fn connect(url: &str, prefix: &str) -> RedisScheduler {
     RedisScheduler::connect(url, options).await.unwrap_or_else(|error| panic!("connect to {url}: {error:?}"))
 }
 
-/// A delayed job with plain-push defaults and a body of `body_len` bytes.
+/// A delayed job with plain-push defaults ([`delayq_testkit::job`]) and a
+/// body of `body_len` bytes.
 pub fn job(id: &str, topic: &Topic, run_at: Timestamp, body_len: usize) -> Job {
-    let now = Timestamp::now();
-    Job {
-        id: JobId::parse(id).expect("valid id"),
-        topic: topic.clone(),
-        subtopic: None,
-        body: "x".repeat(body_len),
-        biz_key: None,
-        create_time: now,
-        delay: run_at.since(now),
-        run_at,
-        ttr: Duration::from_secs(30),
-        priority: 1,
-        max_retries: 10,
-        retry_backoff: Vec::new(),
-        ttl: Duration::ZERO,
-        attempt: 1,
-        state: JobState::Delay,
-        result: None,
-        updated_at: now,
-    }
-}
-
-/// Parses a topic name the test knows to be valid.
-pub fn topic(name: &str) -> Topic {
-    Topic::parse(name).expect("valid topic")
+    Job { body: "x".repeat(body_len), ..delayq_testkit::job(id, topic, run_at) }
 }
 
 /// A push of `body` to `topic` after `delay`, with `id` when given; every

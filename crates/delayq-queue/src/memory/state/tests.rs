@@ -1,37 +1,16 @@
+use delayq_testkit::{job_id as id, topic};
+
 use super::*;
 
 fn at(millis: u64) -> Timestamp {
     Timestamp::from_millis(1_000_000 + millis)
 }
 
+/// A plain job created at `at(0)`, with a short ttr and one retry so that
+/// redelivery and death take few steps.
 fn job(id: &str, topic: &str, run_at: Timestamp) -> Job {
-    Job {
-        id: JobId::parse(id).expect("valid id"),
-        topic: Topic::parse(topic).expect("valid topic"),
-        subtopic: None,
-        body: format!("body of {id}"),
-        biz_key: None,
-        create_time: at(0),
-        delay: Duration::ZERO,
-        run_at,
-        ttr: Duration::from_millis(100),
-        priority: 1,
-        max_retries: 1,
-        retry_backoff: Vec::new(),
-        ttl: Duration::ZERO,
-        attempt: 1,
-        state: JobState::Delay,
-        result: None,
-        updated_at: at(0),
-    }
-}
-
-fn id(value: &str) -> JobId {
-    JobId::parse(value).expect("valid id")
-}
-
-fn topic(value: &str) -> Topic {
-    Topic::parse(value).expect("valid topic")
+    let plain = delayq_testkit::job_created_at(id, &delayq_testkit::topic(topic), at(0), run_at);
+    Job { ttr: Duration::from_millis(100), max_retries: 1, ..plain }
 }
 
 fn ids(jobs: &[Job]) -> Vec<&str> {
