@@ -446,3 +446,36 @@ pub(crate) fn host_name() -> String {
     };
     from_env.or_else(from_kernel).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(state: JobState, attempt: u32) -> StateChange {
+        let id = JobId::parse("j1").expect("valid id");
+        StateChange { id, state, attempt, run_at: Timestamp::EPOCH, at: Timestamp::EPOCH, result: None }
+    }
+
+    #[test]
+    fn a_live_row_moves_only_forward_and_any_row_may_end() {
+        use JobState::{Delay, Finished, Ready, Reserved};
+        // (row state, row attempt, change state, change attempt, applies)
+        let cases = [
+            (Delay, 1, Ready, 1, true),
+            (Ready, 1, Reserved, 1, true),
+            (Reserved, 1, Reserved, 1, true),
+            (Reserved, 1, Ready, 1, false),
+            (Ready, 1, Delay, 1, false),
+            (Reserved, 1, Delay, 2, true),
+            (Reserved, 2, Ready, 1, false),
+            (Reserved, 3, Finished, 1, true),
+        ];
+        for (row_state, row_attempt, state, attempt, applies) in cases {
+            assert_eq!(
+                moves_forward_from(row_state, row_attempt, &change(state, attempt)),
+                applies,
+                "{row_state:?}/{row_attempt} then {state:?}/{attempt}"
+            );
+        }
+    }
+}
