@@ -215,9 +215,8 @@ pub(crate) struct FinishBody {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
-    use std::time::Duration;
 
-    use delayq_common::{Job, JobId, Limits, PushRequest, TimeUnit, Timestamp, Topic};
+    use delayq_common::{Limits, PushRequest, TimeUnit, Timestamp};
     use serde_json::{json, Value};
     use utoipa::openapi::schema::Object;
 
@@ -237,31 +236,10 @@ mod tests {
         object_of(schema).properties.into_keys().collect()
     }
 
-    fn a_job() -> Job {
-        Job {
-            id: JobId::parse("j").unwrap(),
-            topic: Topic::parse("t").unwrap(),
-            subtopic: None,
-            body: String::new(),
-            biz_key: None,
-            create_time: Timestamp::from_millis(1),
-            delay: Duration::ZERO,
-            run_at: Timestamp::from_millis(1),
-            ttr: Duration::from_secs(1),
-            priority: 1,
-            max_retries: 0,
-            retry_backoff: Vec::new(),
-            ttl: Duration::ZERO,
-            attempt: 1,
-            state: JobState::Delay,
-            result: None,
-            updated_at: Timestamp::from_millis(1),
-        }
-    }
-
     #[test]
     fn the_job_schema_has_the_fields_a_job_serializes() {
-        let Ok(Value::Object(serialized)) = serde_json::to_value(a_job()) else { panic!("a job is an object") };
+        let job = delayq_testkit::job("j", &delayq_testkit::topic("t"), Timestamp::now());
+        let Ok(Value::Object(serialized)) = serde_json::to_value(job) else { panic!("a job is an object") };
         let fields: BTreeSet<String> = serialized.into_iter().map(|(name, _)| name).collect();
         assert_eq!(properties(JobSchema::schema()), fields);
     }

@@ -97,32 +97,17 @@ impl Template {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::time::Duration;
-
-    use delayq_common::{JobId, JobState, Timestamp, Topic};
+    use delayq_common::Timestamp;
 
     use super::*;
 
+    /// A plain job ([`delayq_testkit::job_created_at`]) with `subtopic`, due at a
+    /// fixed time so that the header carrying it can be compared.
     pub(crate) fn job(id: &str, topic: &str, subtopic: Option<&str>) -> Job {
-        Job {
-            id: JobId::parse(id).unwrap(),
-            topic: Topic::parse(topic).unwrap(),
-            subtopic: subtopic.map(str::to_owned),
-            body: "payload".to_owned(),
-            biz_key: None,
-            create_time: Timestamp::from_millis(1_000),
-            delay: Duration::ZERO,
-            run_at: Timestamp::from_millis(2_000),
-            ttr: Duration::from_secs(30),
-            priority: 1,
-            max_retries: 3,
-            retry_backoff: Vec::new(),
-            ttl: Duration::ZERO,
-            attempt: 2,
-            state: JobState::Reserved,
-            result: None,
-            updated_at: Timestamp::from_millis(2_000),
-        }
+        let due = Timestamp::from_millis(2_000);
+        let mut job = delayq_testkit::job_created_at(id, &delayq_testkit::topic(topic), due, due);
+        job.subtopic = subtopic.map(str::to_owned);
+        job
     }
 
     #[test]
@@ -154,7 +139,10 @@ pub(crate) mod tests {
 
     #[test]
     fn headers_carry_id_topic_attempt_and_due_time() {
-        let headers = message_headers(&job("42", "order.close", None));
+        // Past its first attempt, so a header that always said 1 would show.
+        let mut redelivered = job("42", "order.close", None);
+        redelivered.attempt = 2;
+        let headers = message_headers(&redelivered);
         assert_eq!(
             headers,
             [

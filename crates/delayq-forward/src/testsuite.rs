@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use delayq_common::{Job, Timestamp};
 
 use crate::sink::{message_headers, Sink};
 
@@ -26,28 +26,18 @@ pub trait Destination: Send + Sync {
     async fn delivered(&self) -> Vec<Delivered>;
 }
 
-/// Returns `count` reserved jobs of `topic` with distinct ids, bodies and subtopics.
+/// Returns `count` plain jobs of `topic` ([`delayq_testkit::job_created_at`]),
+/// due now, with distinct ids and bodies. Their attempts differ, so a sink that
+/// sends anything but the job's own attempt in its header fails the checks.
 pub fn sample_jobs(topic: &str, count: usize) -> Vec<Job> {
     let now = Timestamp::now();
+    let topic = delayq_testkit::topic(topic);
     (0..count)
-        .map(|index| Job {
-            id: JobId::parse(format!("conformance-{}-{index}", now.as_millis())).unwrap(),
-            topic: Topic::parse(topic).unwrap(),
-            subtopic: Some(format!("sub{index}")),
-            body: format!("{{\"n\":{index}}}"),
-            biz_key: None,
-            create_time: now,
-            delay: Duration::ZERO,
-            run_at: now,
-            ttr: Duration::from_secs(30),
-            priority: 1,
-            max_retries: 3,
-            retry_backoff: Vec::new(),
-            ttl: Duration::ZERO,
-            attempt: 1 + index as u32 % 2,
-            state: JobState::Reserved,
-            result: None,
-            updated_at: now,
+        .map(|index| {
+            let id = format!("conformance-{}-{index}", now.as_millis());
+            let mut job = delayq_testkit::job_created_at(&id, &topic, now, now);
+            job.attempt = 1 + index as u32 % 2;
+            job
         })
         .collect()
 }
