@@ -349,12 +349,7 @@ struct Grpc {
 
 impl Grpc {
     async fn connect(addr: &str, token: &str) -> Grpc {
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .expect("valid url")
-            .connect_timeout(Duration::from_secs(5))
-            .connect()
-            .await
-            .expect("connect to the grpc listener");
+        let channel = common::grpc_channel(addr).await;
         Grpc { client: DelayQueueServiceClient::new(channel), token: token.to_owned() }
     }
 

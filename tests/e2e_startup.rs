@@ -6,13 +6,11 @@
 mod common;
 
 use std::process::Output;
-use std::time::Duration;
 
 use common::Server;
 use delayq_rpc::pb::v1 as pb;
 use delayq_rpc::pb::v1::delay_queue_service_client::DelayQueueServiceClient;
 use serde_json::{json, Value};
-use tonic::transport::Channel;
 
 const TOKEN: &str = "e2e-startup-token";
 
@@ -47,12 +45,7 @@ async fn get(base_url: &str, path: &str, token: Option<&str>) -> (u16, Value) {
 }
 
 async fn grpc_stats(addr: &str, token: Option<&str>) -> Result<pb::StatsReply, tonic::Status> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("valid url")
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect to the grpc listener");
+    let channel = common::grpc_channel(addr).await;
     let mut request = tonic::Request::new(pb::StatsRequest::default());
     if let Some(token) = token {
         request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));

@@ -267,3 +267,13 @@ pub async fn fresh_database(root_url: &str, name: &str, host_port: Option<&str>)
         }
     }
 }
+
+/// A gRPC channel to a node's listener at `addr` (`host:port`).
+pub async fn grpc_channel(addr: &str) -> tonic::transport::Channel {
+    tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("valid url")
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect to the grpc listener")
+}
