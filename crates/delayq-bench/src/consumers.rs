@@ -42,6 +42,8 @@ pub(crate) struct ReceiptLog {
     finished: AtomicU64,
     finish_errors: AtomicU64,
     last_finish_ms: AtomicU64,
+    /// The summed latency of the successful finishes, in µs.
+    finish_us: AtomicU64,
     stopped: AtomicBool,
     started_slots: AtomicUsize,
     all_received: Notify,
@@ -62,6 +64,7 @@ impl ReceiptLog {
             finished: AtomicU64::new(0),
             finish_errors: AtomicU64::new(0),
             last_finish_ms: AtomicU64::new(0),
+            finish_us: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
             started_slots: AtomicUsize::new(0),
             all_received: Notify::new(),
@@ -113,6 +116,7 @@ impl ReceiptLog {
             finished: self.finished.load(Ordering::Relaxed),
             finish_errors: self.finish_errors.load(Ordering::Relaxed),
             last_finish_ms: self.last_finish_ms.load(Ordering::Relaxed),
+            finish_us: self.finish_us.load(Ordering::Relaxed),
         }
     }
 }
@@ -138,6 +142,8 @@ pub(crate) struct ReceiptCounters {
     pub(crate) finish_errors: u64,
     /// Epoch ms when the last successful finish was answered; 0 when none was.
     pub(crate) last_finish_ms: u64,
+    /// The summed latency of the successful finishes, in µs.
+    pub(crate) finish_us: u64,
 }
 
 impl ReceiptCounters {
@@ -152,6 +158,9 @@ impl ReceiptCounters {
         metrics.set("pop_errors", self.pop_errors as f64);
         metrics.set("finished", self.finished as f64);
         metrics.set("finish_errors", self.finish_errors as f64);
+        if self.finished > 0 {
+            metrics.set("finish_latency_ms_mean", self.finish_us as f64 / 1000.0 / self.finished as f64);
+        }
     }
 }
 
@@ -328,8 +337,11 @@ async fn finish_slot(consumer: Consumer, mut queue: UnboundedReceiver<String>, l
 }
 
 async fn finish_one(consumer: &Consumer, job_id: String, log: &ReceiptLog) {
+    let sent_at = std::time::Instant::now();
     match consumer.finish(job_id).await {
         Ok(true) => {
+            let micros = u64::try_from(sent_at.elapsed().as_micros()).unwrap_or(u64::MAX);
+            log.finish_us.fetch_add(micros, Ordering::Relaxed);
             log.finished.fetch_add(1, Ordering::Relaxed);
             log.last_finish_ms.fetch_max(now_ms(), Ordering::Relaxed);
         }

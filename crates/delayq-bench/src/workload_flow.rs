@@ -66,6 +66,13 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
     let (mut metrics, log) = run.stop(context).await;
     pushed.record_rate(&mut metrics);
     pushed.record_outcome(&mut metrics);
+    // Beside the consumers' `finish_latency_ms_mean`: whether an ack waits
+    // longer than a push.
+    let latencies = &pushed.stats.latencies_us;
+    if !latencies.is_empty() {
+        let mean_us = latencies.iter().sum::<u64>() as f64 / latencies.len() as f64;
+        metrics.set("push_latency_ms_mean", mean_us / 1000.0);
+    }
     metrics.set("unfinished_at_push_end", args.n.saturating_sub(at_push_end.finished as usize) as f64);
     // Of those, the ones still queued in delayq (the backlog), and the ones the
     // consumers held: popped, not yet acked (at most a pop's count per slot).
