@@ -4,7 +4,7 @@
 //! Must not do I/O.
 //!
 //! Layout:
-//! - [`time`]: epoch-millisecond instants ([`Timestamp`]).
+//! - [`time`]: epoch-millisecond instants ([`Timestamp`]) and where they are read ([`Clock`]).
 //! - [`name`]: validated names ([`JobId`], [`Topic`]).
 //! - [`snowflake`]: the 64-bit id generator.
 //! - [`state`]: [`JobState`] and its state machine.
@@ -40,4 +40,4 @@ pub use name::{JobId, Topic};
 pub use push::{Due, JobDefaults, Limits, PushInput, PushRequest, TimeUnit};
 pub use snowflake::Snowflake;
 pub use state::JobState;
-pub use time::Timestamp;
+pub use time::{Clock, Timestamp};

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::Timestamp;
+use delayq_common::{Clock, Timestamp};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -77,15 +77,14 @@ pub async fn run_timer_fenced(
 ) {
     let wakeup = queue.scheduler().wakeup();
     let queue = &queue;
-    promote_until_cancelled(&wakeup, &cancel, LeaseGate::new("timer", holds_leadership), || {
-        queue.promote_due(Timestamp::now())
-    })
-    .await;
+    let lease = LeaseGate::new("timer", holds_leadership);
+    promote_until_cancelled(&wakeup, &cancel, lease, &Clock::system(), |now| queue.promote_due(now)).await;
 }
 
-/// The loop of every timer: runs `round` (one promotion as of now) whenever
-/// the earliest due job may have come due or `wakeup` fires, until `cancel`
-/// fires; `lease` is passed before every round.
+/// The loop of every timer: runs `round` (one promotion as of the time it is
+/// given, read from `clock`) whenever the earliest due job may have come due
+/// or `wakeup` fires, until `cancel` fires; `lease` is passed before every
+/// round.
 ///
 /// The server's timer promotes through its [`DelayQueue`], which journals each
 /// change; the conformance suite drives a bare [`Scheduler`](crate::Scheduler)
@@ -94,7 +93,8 @@ pub(crate) async fn promote_until_cancelled<F, R>(
     wakeup: &Notify,
     cancel: &CancellationToken,
     mut lease: LeaseGate<F>,
-    round: impl Fn() -> R,
+    clock: &Clock,
+    round: impl Fn(Timestamp) -> R,
 ) where
     F: Fn() -> bool,
     R: Future<Output = QueueResult<Promotion>>,
@@ -108,13 +108,13 @@ pub(crate) async fn promote_until_cancelled<F, R>(
         let woken = wakeup.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let sleep_for = match round().await {
+        let sleep_for = match round(clock.now()).await {
             Ok(promotion) if promotion.more => {
                 tokio::task::yield_now().await;
                 continue;
             }
             Ok(promotion) => match promotion.next_due {
-                Some(next_due) => next_due.until(Timestamp::now()).min(MAX_IDLE),
+                Some(next_due) => next_due.until(clock.now()).min(MAX_IDLE),
                 None => MAX_IDLE,
             },
             Err(error) => {
@@ -132,3 +132,6 @@ pub(crate) async fn promote_until_cancelled<F, R>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,6 +13,8 @@
 //! Layout:
 //! - this file: the service gate ([`service`], [`skip`]), [`unique_name`] and
 //!   [`free_port`];
+//! - `clock`: [`tokio_clock`], a [`delayq_common::Clock`] that follows tokio's
+//!   clock, for timing logic tested on a paused runtime;
 //! - `eventually`: [`eventually`], polling until a condition holds;
 //! - `proxy`: [`FaultProxy`], a TCP proxy whose [`Link`] a test cuts or freezes;
 //! - `redis`: [`RedisProcess`], a private `redis-server` a test may empty,
@@ -27,12 +29,14 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
 )]
 
+mod clock;
 mod conformance;
 mod eventually;
 mod job;
 mod proxy;
 mod redis;
 
+pub use clock::tokio_clock;
 pub use conformance::backend_or_skip;
 pub use eventually::{eventually, Settled};
 pub use job::{job, job_created_at, job_id, topic};

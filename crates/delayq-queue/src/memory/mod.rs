@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, Timestamp, Topic};
+use delayq_common::{Clock, Job, JobId, Timestamp, Topic};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -45,12 +45,19 @@ pub struct MemoryScheduler {
     state: Mutex<MemoryState>,
     /// Raised when something is due sooner than the timer may think.
     timer: Arc<Notify>,
+    /// What "now" is when a job is filed, reserved, nacked or touched.
+    clock: Clock,
 }
 
 impl MemoryScheduler {
-    /// Creates an empty scheduler.
+    /// Creates an empty scheduler on the system clock.
     pub fn new() -> MemoryScheduler {
-        MemoryScheduler { state: Mutex::new(MemoryState::default()), timer: Arc::new(Notify::new()) }
+        MemoryScheduler::with_clock(Clock::system())
+    }
+
+    /// Creates an empty scheduler that reads the time from `clock`.
+    pub fn with_clock(clock: Clock) -> MemoryScheduler {
+        MemoryScheduler { state: Mutex::new(MemoryState::default()), timer: Arc::new(Notify::new()), clock }
     }
 
     /// Runs `operation` under the lock, then raises the signals it asked for.
@@ -110,27 +117,27 @@ impl Scheduler for MemoryScheduler {
     }
 
     async fn schedule(&self, job: &Job) -> QueueResult<()> {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         self.with_state(|state| state.schedule(job, now))
     }
 
     async fn schedule_batch(&self, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         Ok(self.with_state(|state| jobs.iter().map(|job| state.schedule(job, now)).collect()))
     }
 
     async fn restore(&self, job: &Job) -> QueueResult<bool> {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         Ok(self.with_state(|state| state.restore(job, now)))
     }
 
     async fn restore_batch(&self, jobs: &[Job], _fence: &RestoreFence) -> QueueResult<Vec<bool>> {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         Ok(self.with_state(|state| jobs.iter().map(|job| state.restore(job, now)).collect()))
     }
 
     async fn replace(&self, job: &Job) -> QueueResult<Job> {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         self.with_state(|state| state.replace(job, now))
     }
 
@@ -147,7 +154,7 @@ impl Scheduler for MemoryScheduler {
             tokio::pin!(ready);
             ready.as_mut().enable();
             let (jobs, more_ready) = self.with_state(|state| {
-                let jobs = state.reserve(topic, count, Timestamp::now());
+                let jobs = state.reserve(topic, count, self.clock.now());
                 (jobs, state.has_ready(topic))
             });
             if !jobs.is_empty() || Instant::now() >= deadline {
@@ -167,12 +174,12 @@ impl Scheduler for MemoryScheduler {
     }
 
     async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Duration) -> QueueResult<Job> {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         self.with_state(|state| state.nack(id, attempt, delay, now))
     }
 
     async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         self.with_state(|state| state.touch(id, attempt, now))
     }
 

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use delayq_common::{Clock, Job, JobId, JobState, Timestamp, Topic};
 // What `scheduler_conformance!` expands to, reached through this crate so that
 // a crate running the suite needs no dependency of its own on the testkit.
 #[doc(hidden)]
@@ -305,12 +305,19 @@ pub fn spawn_timer<S>(scheduler: Arc<S>, cancel: CancellationToken) -> JoinHandl
 where
     S: Scheduler + ?Sized + 'static,
 {
+    spawn_timer_with_clock(scheduler, Clock::system(), cancel)
+}
+
+/// [`spawn_timer`] reading the time from `clock`, for a scheduler that reads
+/// the same clock (a test's paused tokio clock).
+pub fn spawn_timer_with_clock<S>(scheduler: Arc<S>, clock: Clock, cancel: CancellationToken) -> JoinHandle<()>
+where
+    S: Scheduler + ?Sized + 'static,
+{
     tokio::spawn(async move {
         let wakeup = scheduler.wakeup();
         let scheduler = &scheduler;
-        promote_until_cancelled(&wakeup, &cancel, LeaseGate::new("timer", || true), || {
-            scheduler.promote_due(Timestamp::now(), PROMOTE_BATCH)
-        })
-        .await;
+        let lease = LeaseGate::new("timer", || true);
+        promote_until_cancelled(&wakeup, &cancel, lease, &clock, |now| scheduler.promote_due(now, PROMOTE_BATCH)).await;
     })
 }
