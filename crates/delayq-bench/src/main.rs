@@ -36,6 +36,7 @@ mod prng;
 mod procstat;
 mod pushers;
 mod report;
+mod sampler;
 mod session;
 mod workload_burst;
 mod workload_ceiling;

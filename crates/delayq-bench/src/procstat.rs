@@ -124,6 +124,19 @@ impl RedisProbe {
     /// # Errors
     /// Returns [`BenchError::Io`] or [`BenchError::Protocol`] when Redis cannot be asked.
     pub(crate) async fn info(&self, section: &str) -> BenchResult<String> {
+        self.call(&["INFO", section]).await
+    }
+
+    /// Empties every database of this Redis (`FLUSHALL`), as a Redis that lost its data.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Io`] or [`BenchError::Protocol`] when Redis cannot be asked.
+    pub(crate) async fn flush_all(&self) -> BenchResult<()> {
+        self.call(&["FLUSHALL"]).await.map(drop)
+    }
+
+    /// Sends one command on a new connection (after `AUTH` when the URL has credentials).
+    async fn call(&self, arguments: &[&str]) -> BenchResult<String> {
         let stream = TcpStream::connect(&self.address)
             .await
             .map_err(|error| BenchError::io(format!("connect to redis at {}", self.address), error))?;
@@ -134,7 +147,7 @@ impl RedisProbe {
             auth.push(password);
             self.command(&mut connection, &auth).await?;
         }
-        self.command(&mut connection, &["INFO", section]).await
+        self.command(&mut connection, arguments).await
     }
 
     async fn command(&self, connection: &mut BufReader<TcpStream>, arguments: &[&str]) -> BenchResult<String> {

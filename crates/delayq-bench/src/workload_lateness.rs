@@ -1,6 +1,8 @@
 //! Workload 2 (W2 of docs/benchmarks.md): firing lateness of evenly spaced due times, pushed
 //! in shuffled order and received by long-polling consumers.
 
+use std::time::Duration;
+
 use clap::Args;
 use serde::Serialize;
 
@@ -11,6 +13,7 @@ use crate::error::BenchResult;
 use crate::prng::shuffled_order;
 use crate::pushers::{JobSpec, PushMode};
 use crate::report::Metrics;
+use crate::sampler::MemorySampler;
 use crate::RunContext;
 
 /// Parameters of workload 2.
@@ -43,6 +46,11 @@ pub(crate) struct LatenessArgs {
     /// Push requests in flight (batch mode uses 1 unless raised).
     #[arg(long)]
     pub(crate) push_concurrency: Option<usize>,
+    /// Read Redis `used_memory` and the server's RSS every this many ms during the run
+    /// and report their distribution (0: not sampled). W6 uses it: the horizon must keep
+    /// Redis near one horizon's worth of jobs.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) sample_memory_ms: u64,
     /// The consumers, and how everything reaches the server.
     #[command(flatten)]
     #[serde(flatten)]
@@ -71,9 +79,14 @@ pub(crate) async fn run(args: &LatenessArgs, context: &RunContext, topic: &str) 
     });
 
     let plan = PushPlan::new(&jobs, args.body_bytes, args.push_mode, args.batch, push_slots).counting_late();
+    let sampler = (args.sample_memory_ms > 0)
+        .then(|| MemorySampler::start(&context.probes, Duration::from_millis(args.sample_memory_ms)));
     let (run, pushed) = ConsumedRun::start_and_push(context, topic, &args.consumed, &plan).await?;
     run.wait_for_all(t0_ms + args.start_ms + args.window_ms + args.grace_ms).await;
     let (mut metrics, log) = run.stop(context).await;
+    if let Some(sampler) = sampler {
+        sampler.finish(&mut metrics);
+    }
     let counters = log.counters();
     let mut latenesses = log.latenesses_ms();
     metrics.set("early", latenesses.iter().filter(|lateness| **lateness < 0.0).count() as f64);

@@ -1,4 +1,6 @@
 //! Workload 3 (W3 of docs/benchmarks.md): memory (and journal bytes) per pending delayed job.
+//! With `--spread-ms` and `--flush-redis` it is W5, far-future memory: due times spread
+//! over days, and the time a Redis that lost its data takes to be whole again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +12,7 @@ use crate::body::{job_body, DueTime};
 use crate::client::BenchClient;
 use crate::clock::now_ms;
 use crate::error::{BenchError, BenchResult};
+use crate::prng::shuffled_order;
 use crate::procstat::Probes;
 use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, Transport};
 use crate::report::Metrics;
@@ -37,7 +40,24 @@ pub(crate) struct MemoryArgs {
     /// Pause after the last ack before reading M1, so background journal writes land.
     #[arg(long, default_value_t = 1000)]
     pub(crate) settle_ms: u64,
+    /// Spread the due times evenly over this many ms after `--delay-ms`, pushed in a
+    /// shuffled order (0: every job is due after `--delay-ms`). W5 spreads over 30 days.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) spread_ms: u64,
+    /// mulberry32 seed of the push order when the due times are spread.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) seed: u32,
+    /// After the reading, empty Redis (`FLUSHALL`; needs `--redis-url`) and time how long
+    /// until `/stats` counts every job as delayed again: the leader's restore from the store.
+    #[arg(long)]
+    pub(crate) flush_redis: bool,
+    /// How long to wait for that restore, in ms.
+    #[arg(long, default_value_t = 600_000)]
+    pub(crate) restore_timeout_ms: u64,
 }
+
+/// How often the restore after a flush is looked at.
+const RESTORE_POLL: Duration = Duration::from_millis(50);
 
 /// One reading of every memory metric that is available.
 #[derive(Clone, Copy, Debug, Default)]
@@ -69,8 +89,19 @@ pub(crate) async fn run(args: &MemoryArgs, context: &RunContext, topic: &str) ->
     if context.probes.server.is_none() && context.probes.redis.is_none() {
         eprintln!("memory: neither --server-pid nor --redis-url given; only the push numbers will be reported");
     }
-    let jobs: Vec<JobSpec> = (0..args.n as u64)
-        .map(|index| JobSpec { index, due: DueTime::DelayMs(args.delay_ms), body_due_ms: 0 })
+    if args.flush_redis && context.probes.redis.is_none() {
+        return Err(BenchError::Invalid("--flush-redis needs --redis-url".into()));
+    }
+    let n = args.n as u64;
+    // Spread due times are pushed out of order, as far-future jobs arrive; W3 keeps its order.
+    let order = if args.spread_ms > 0 { shuffled_order(args.seed, args.n) } else { (0..args.n).collect() };
+    let jobs: Vec<JobSpec> = order
+        .into_iter()
+        .map(|position| {
+            let index = position as u64;
+            let delay_ms = args.delay_ms + index * args.spread_ms / n;
+            JobSpec { index, due: DueTime::DelayMs(delay_ms), body_due_ms: 0 }
+        })
         .collect();
     let units =
         Arc::new(build_units(topic, &jobs, args.body_bytes, PushMode::Batch, args.batch, false, Transport::Http)?);
@@ -111,8 +142,41 @@ pub(crate) async fn run(args: &MemoryArgs, context: &RunContext, topic: &str) ->
         }
     };
     metrics.set("server_delay_count", delayed as f64);
-    metrics.valid = delayed == args.n as u64;
+    metrics.valid = delayed == n;
+    if args.flush_redis && metrics.valid {
+        metrics.valid = time_restore_after_flush(args, context, &client, topic, &mut metrics).await?;
+    }
     Ok(metrics)
+}
+
+/// Empties Redis and waits until `/stats` counts all `args.n` jobs of `topic` as delayed
+/// again; records `restore_after_flush_ms` and Redis's memory then. Returns whether the
+/// restore finished within `--restore-timeout-ms`.
+async fn time_restore_after_flush(
+    args: &MemoryArgs,
+    context: &RunContext,
+    client: &BenchClient,
+    topic: &str,
+    metrics: &mut Metrics,
+) -> BenchResult<bool> {
+    let Some(redis) = &context.probes.redis else { return Ok(false) };
+    redis.flush_all().await?;
+    let flushed_ms = now_ms();
+    let give_up_ms = flushed_ms + args.restore_timeout_ms;
+    loop {
+        // Until the restore writes the topic's first job, /stats does not name it.
+        let delayed = client.topic_counts(topic).await.map_or(0, |counts| counts.delay);
+        if delayed == args.n as u64 {
+            metrics.set("restore_after_flush_ms", now_ms().saturating_sub(flushed_ms) as f64);
+            metrics.set_some("redis_used_memory_after_restore_bytes", context.probes.redis_used_memory().await);
+            return Ok(true);
+        }
+        if now_ms() >= give_up_ms {
+            eprintln!("memory: {delayed} of {} jobs restored after {} ms", args.n, args.restore_timeout_ms);
+            return Ok(false);
+        }
+        tokio::time::sleep(RESTORE_POLL).await;
+    }
 }
 
 /// Records `<name>_before_bytes`, `<name>_after_bytes` and `<name>_bytes_per_job`.
