@@ -56,8 +56,10 @@ pub(crate) struct MemoryArgs {
     pub(crate) restore_timeout_ms: u64,
 }
 
-/// How often the restore after a flush is looked at.
-const RESTORE_POLL: Duration = Duration::from_millis(50);
+/// How often the restore after a flush is looked at. Not more often: on a SQL store
+/// `/stats` counts the live jobs from an index, a cost that grows with them, and a
+/// tighter poll would slow the restore it times.
+const RESTORE_POLL: Duration = Duration::from_millis(500);
 
 /// One reading of every memory metric that is available.
 #[derive(Clone, Copy, Debug, Default)]

@@ -11,7 +11,7 @@ use common::{
     assert_live_and_ended_counts, bounded_journal_options, check_retention_task_purges, check_the_journal_is_bounded,
     open_scratch, retention_options, scratch_url, three_live_jobs,
 };
-use delayq_store::mysql::COUNTS_QUERY;
+use delayq_store::mysql::{COUNTS_QUERY, LIVE_JOBS_QUERY};
 use delayq_store::testsuite::unique_topic;
 use delayq_store::{JobStore, MysqlStore, StoreOptions};
 use serde_json::Value;
@@ -108,6 +108,63 @@ async fn counts_read_no_ended_row() {
     assert!(rows.len() >= 6);
 
     assert_live_and_ended_counts(&store, &live_topic, &ended_topic, ENDED).await;
+    connection.close().await.expect("close");
+    store.close().await;
+}
+
+/// The rows and index entries the session of `connection` has read since its
+/// last `FLUSH STATUS` (the server's handler counters), counting the entries an
+/// index condition turned away inside the engine, which no `Handler_read` counts.
+async fn rows_read(connection: &mut MySqlConnection) -> u64 {
+    let reads: Vec<(String, String)> = sqlx::query_as(
+        "SELECT VARIABLE_NAME, CAST(VARIABLE_VALUE AS CHAR) FROM information_schema.SESSION_STATUS \
+         WHERE VARIABLE_NAME LIKE 'HANDLER_READ%' OR VARIABLE_NAME = 'HANDLER_ICP_ATTEMPTS'",
+    )
+    .fetch_all(&mut *connection)
+    .await
+    .expect("handler counters");
+    reads.iter().filter_map(|(_, value)| value.parse::<u64>().ok()).sum()
+}
+
+/// A restore reads the live jobs in pages after an id: a page far into 100,000
+/// live jobs of 100-byte bodies reads about a page of rows, not every live row
+/// before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_live_jobs_reads_about_one_page_wherever_it_starts() {
+    const LIVE: u64 = 100_000;
+    const PAGE: i64 = 1_000;
+    /// Row reads allowed for a page of 1,000, a restore's (index entries, their rows, the seek).
+    const READ_BOUND: u64 = 5_000;
+    let Some(url) = delayq_testkit::service("DELAYQ_TEST_MYSQL_URL") else { return };
+    let store = open_scratch(&url, "node", StoreOptions::default()).await;
+    let mut connection = connect_to(&url, &store).await;
+    sqlx::query(&format!(
+        "INSERT INTO job (id, topic, delay, create_time, body, status, update_time, run_at, ttr, priority, \
+         attempt, max_retries, retry_backoff) \
+         SELECT CONCAT('live-', LPAD(seq, 6, '0')), ?, 0, 0, REPEAT('b', 100), 'delay', seq, seq, 30000, 1, 1, 3, '[]' \
+         FROM seq_1_to_{LIVE}"
+    ))
+    .bind(unique_topic("live").as_str())
+    .execute(&mut connection)
+    .await
+    .expect("bulk insert of live rows");
+    sqlx::query("ANALYZE TABLE job").execute(&mut connection).await.expect("statistics");
+    for after in ["", "live-030000", "live-060000", "live-090000", "live-099500"] {
+        sqlx::query("FLUSH STATUS").execute(&mut connection).await.expect("flush status");
+        let page = sqlx::query(LIVE_JOBS_QUERY)
+            .bind(after)
+            .bind(PAGE)
+            .fetch_all(&mut connection)
+            .await
+            .expect("a page of live jobs");
+        let read = rows_read(&mut connection).await;
+        assert!(!page.is_empty(), "live jobs after {after:?}");
+        // A binary collation: the id comes back as bytes.
+        let first: Vec<u8> = page[0].try_get("id").expect("an id");
+        let first = String::from_utf8_lossy(&first);
+        assert!(first.as_ref() > after, "the page starts after {after:?}: {first}");
+        assert!(read < READ_BOUND, "the page after {after:?} read {read} rows");
+    }
     connection.close().await.expect("close");
     store.close().await;
 }
