@@ -231,6 +231,25 @@ impl Probes {
         let info = self.redis.as_ref()?.info("memory").await.ok()?;
         info_number(&info, "used_memory")
     }
+
+    /// Reads every memory metric that is available.
+    pub(crate) async fn memory(&self) -> MemoryReading {
+        let server = self.server.as_ref();
+        MemoryReading {
+            server_rss_bytes: server.and_then(|probe| probe.rss_bytes().ok()).map(|bytes| bytes as f64),
+            redis_used_memory_bytes: self.redis_used_memory().await,
+            server_written_bytes: server.and_then(ProcessProbe::written_bytes).map(|bytes| bytes as f64),
+        }
+    }
+}
+
+/// One reading of every memory metric that is available; a probe that is not
+/// configured or did not answer is `None`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct MemoryReading {
+    pub(crate) server_rss_bytes: Option<f64>,
+    pub(crate) redis_used_memory_bytes: Option<f64>,
+    pub(crate) server_written_bytes: Option<f64>,
 }
 
 impl CpuSnapshot {

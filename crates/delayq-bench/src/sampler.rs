@@ -7,19 +7,12 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::procstat::Probes;
+use crate::procstat::{MemoryReading, Probes};
 use crate::report::Metrics;
-
-/// What one reading gave; a probe that is not configured or did not answer is `None`.
-#[derive(Clone, Copy, Debug, Default)]
-struct Sample {
-    redis_used_memory_bytes: Option<f64>,
-    server_rss_bytes: Option<f64>,
-}
 
 /// A task that reads the probes every interval until [`MemorySampler::finish`].
 pub(crate) struct MemorySampler {
-    samples: Arc<Mutex<Vec<Sample>>>,
+    samples: Arc<Mutex<Vec<MemoryReading>>>,
     task: JoinHandle<()>,
 }
 
@@ -34,14 +27,7 @@ impl MemorySampler {
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     ticks.tick().await;
-                    let sample = Sample {
-                        redis_used_memory_bytes: probes.redis_used_memory().await,
-                        server_rss_bytes: probes
-                            .server
-                            .as_ref()
-                            .and_then(|probe| probe.rss_bytes().ok())
-                            .map(|bytes| bytes as f64),
-                    };
+                    let sample = probes.memory().await;
                     samples.lock().unwrap_or_else(PoisonError::into_inner).push(sample);
                 }
             })

@@ -13,7 +13,6 @@ use crate::client::BenchClient;
 use crate::clock::now_ms;
 use crate::error::{BenchError, BenchResult};
 use crate::prng::shuffled_order;
-use crate::procstat::Probes;
 use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, Transport};
 use crate::report::Metrics;
 use crate::workload_push::{record_push_stats, record_throughput};
@@ -61,25 +60,6 @@ pub(crate) struct MemoryArgs {
 /// tighter poll would slow the restore it times.
 const RESTORE_POLL: Duration = Duration::from_millis(500);
 
-/// One reading of every memory metric that is available.
-#[derive(Clone, Copy, Debug, Default)]
-struct MemoryReading {
-    server_rss_bytes: Option<f64>,
-    redis_used_memory_bytes: Option<f64>,
-    server_written_bytes: Option<f64>,
-}
-
-impl MemoryReading {
-    async fn take(probes: &Probes) -> MemoryReading {
-        let server = probes.server.as_ref();
-        MemoryReading {
-            server_rss_bytes: server.and_then(|probe| probe.rss_bytes().ok()).map(|bytes| bytes as f64),
-            redis_used_memory_bytes: probes.redis_used_memory().await,
-            server_written_bytes: server.and_then(|probe| probe.written_bytes()).map(|bytes| bytes as f64),
-        }
-    }
-}
-
 /// Runs workload 3 once on `topic`.
 ///
 /// # Errors
@@ -111,13 +91,13 @@ pub(crate) async fn run(args: &MemoryArgs, context: &RunContext, topic: &str) ->
     client.open_connections(args.batch_concurrency).await?;
     client.warm_push(&format!("{topic}-warmup"), &job_body(0, 0, args.body_bytes)?).await?;
 
-    let before = MemoryReading::take(&context.probes).await;
+    let before = context.probes.memory().await;
     let cpu_before = context.probes.cpu_snapshot().await;
     let start_ms = now_ms();
     let stats = push_all(&Producer::Http(client.clone()), units, args.batch_concurrency).await;
     let end_ms = now_ms();
     tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
-    let after = MemoryReading::take(&context.probes).await;
+    let after = context.probes.memory().await;
     let cpu_after = context.probes.cpu_snapshot().await;
 
     let mut metrics = Metrics::default();
