@@ -234,19 +234,13 @@ async fn an_idle_timer_looks_every_max_idle_and_a_failed_round_is_retried_sooner
 async fn no_round_runs_while_the_lease_has_lapsed() {
     let clock = tokio_clock();
     let start = clock.now();
-    let holds = Arc::new(AtomicBool::new(false));
+    let holds = AtomicBool::new(false);
     let rounds = Rounds::default();
-    let renew = {
-        let holds = Arc::clone(&holds);
-        async move {
-            sleep(secs(3)).await;
-            holds.store(true, Ordering::Relaxed);
-        }
+    let renew = async {
+        sleep(secs(3)).await;
+        holds.store(true, Ordering::Relaxed);
     };
-    let lease = {
-        let holds = Arc::clone(&holds);
-        move || holds.load(Ordering::Relaxed)
-    };
+    let lease = || holds.load(Ordering::Relaxed);
     tokio::join!(run_loop(&rounds, &clock, lease, secs(4)), renew);
     let times = rounds.times();
     let first = times.first().expect("a round once the lease is renewed").since(start);
