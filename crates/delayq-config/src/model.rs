@@ -21,6 +21,10 @@ pub const DEFAULT_DATA_DIR: &str = "./data";
 pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
 /// The default number of jobs one timer round promotes.
 pub const DEFAULT_PROMOTE_BATCH: usize = 1_000;
+/// How far ahead the scheduler holds delayed jobs by default, in ms (1 hour).
+pub const DEFAULT_HORIZON_MS: u64 = 3_600_000;
+/// The shortest horizon allowed, in ms: the loader must stay ahead of the timer.
+pub const MIN_HORIZON_MS: u64 = 1_000;
 /// How long a client may take to send a request's headers before its connection is closed.
 pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
 /// How long a request (other than a long-poll, bounded by its own timeout) may take.
@@ -137,6 +141,17 @@ pub struct SchedulerConfig {
     pub redis_shards: Option<usize>,
     /// The most jobs one timer round promotes.
     pub promote_batch: usize,
+    /// How far ahead the scheduler holds delayed jobs, in ms: a job due later
+    /// lives in the store alone until the leader loads it ahead of its due
+    /// time. `0`: every job is scheduled at once, however far off.
+    pub horizon_ms: u64,
+}
+
+impl SchedulerConfig {
+    /// Returns the horizon, `None` when it is off.
+    pub fn horizon(&self) -> Option<std::time::Duration> {
+        (self.horizon_ms > 0).then(|| std::time::Duration::from_millis(self.horizon_ms))
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -146,6 +161,7 @@ impl Default for SchedulerConfig {
             redis_prefix: DEFAULT_REDIS_PREFIX.to_owned(),
             redis_shards: None,
             promote_batch: DEFAULT_PROMOTE_BATCH,
+            horizon_ms: DEFAULT_HORIZON_MS,
         }
     }
 }
@@ -186,6 +202,7 @@ impl std::fmt::Debug for SchedulerConfig {
             .field("redis_prefix", &self.redis_prefix)
             .field("redis_shards", &self.redis_shards)
             .field("promote_batch", &self.promote_batch)
+            .field("horizon_ms", &self.horizon_ms)
             .finish()
     }
 }

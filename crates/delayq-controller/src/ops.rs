@@ -6,8 +6,8 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use delayq_common::JobState;
-use delayq_queue::QueueStats;
+use delayq_common::{JobState, Timestamp};
+use delayq_queue::{HorizonStats, QueueStats};
 use serde::Serialize;
 use tracing::warn;
 use utoipa::ToSchema;
@@ -20,6 +20,12 @@ use crate::schemas::Refusal;
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// The gauge of job counts per state, set on every scrape.
 const JOBS_GAUGE: &str = "delayq_jobs";
+/// The gauge of live jobs per tier: `hot` in the scheduler, `cold` in the store alone.
+const HORIZON_JOBS_GAUGE: &str = "delayq_horizon_jobs";
+/// The gauge of the horizon's loaded mark, epoch ms.
+const HORIZON_LOADED_GAUGE: &str = "delayq_horizon_loaded_until_ms";
+/// The gauge of how far the loaded mark is behind `now + span`, in seconds.
+const HORIZON_LAG_GAUGE: &str = "delayq_horizon_lag_seconds";
 /// The content type of the Prometheus text format.
 const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -183,6 +189,47 @@ struct StatsView {
     role: RoleInfo,
     /// The backends this node uses.
     backends: Backends,
+    /// Where the horizon stands; absent when the scheduler holds every job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    horizon: Option<HorizonView>,
+}
+
+/// Where the horizon stands: the scheduler holds the jobs due by
+/// `loadedUntil`; the store alone holds those due later (`cold`), until the
+/// leader's loader brings them.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct HorizonView {
+    /// How far ahead the leader loads now, in ms (shrunk under memory
+    /// pressure); absent when this node runs without a horizon.
+    span_ms: Option<u64>,
+    /// Pushes due by this instant (epoch ms) go to the scheduler at once.
+    admitted_until: u64,
+    /// Every live job due by this instant (epoch ms) is in the scheduler.
+    loaded_until: Option<u64>,
+    /// Live jobs the scheduler holds.
+    hot: u64,
+    /// Live jobs only the store holds.
+    cold: u64,
+    /// How far the loaded mark is behind `now + spanMs`, in ms.
+    lag_ms: u64,
+}
+
+impl From<&HorizonStats> for HorizonView {
+    fn from(stats: &HorizonStats) -> HorizonView {
+        HorizonView {
+            span_ms: stats.span.map(millis),
+            admitted_until: stats.admitted_until.as_millis(),
+            loaded_until: stats.loaded_until.map(Timestamp::as_millis),
+            hot: stats.hot,
+            cold: stats.cold,
+            lag_ms: millis(stats.lag),
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The backends a node uses.
@@ -210,7 +257,8 @@ pub(crate) async fn stats(State(state): State<AppState>) -> ApiResult {
     let stats = state.queue.stats().await?;
     let (topics, totals) = count_jobs(&stats);
     let backends = Backends { scheduler: stats.scheduler, store: stats.store };
-    ok(StatsView { topics, totals, role: (state.role)(), backends })
+    let horizon = stats.horizon.as_ref().map(HorizonView::from);
+    ok(StatsView { topics, totals, role: (state.role)(), backends, horizon })
 }
 
 /// `GET /metrics`: the Prometheus text format, with the job gauges refreshed.
@@ -228,6 +276,13 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             let (_, totals) = count_jobs(&stats);
             for job_state in JobState::ALL {
                 metrics::gauge!(JOBS_GAUGE, "state" => job_state.as_str()).set(totals.get(job_state) as f64);
+            }
+            if let Some(horizon) = &stats.horizon {
+                let view = HorizonView::from(horizon);
+                metrics::gauge!(HORIZON_JOBS_GAUGE, "tier" => "hot").set(view.hot as f64);
+                metrics::gauge!(HORIZON_JOBS_GAUGE, "tier" => "cold").set(view.cold as f64);
+                metrics::gauge!(HORIZON_LOADED_GAUGE).set(view.loaded_until.unwrap_or(0) as f64);
+                metrics::gauge!(HORIZON_LAG_GAUGE).set(view.lag_ms as f64 / 1000.0);
             }
         }
         // Still serve the other metrics while a backend is down.
@@ -256,6 +311,7 @@ mod tests {
             ],
             scheduler: "memory",
             store: "sqlite",
+            horizon: None,
         };
         let (topics, totals) = count_jobs(&stats);
         let expected = StateCounts { delay: 2, ready: 1, reserved: 1, finished: 4, ..StateCounts::default() };

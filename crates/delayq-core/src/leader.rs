@@ -7,7 +7,7 @@ use std::sync::Arc;
 use delayq_controller::{Role as ApiRole, RoleInfo, RoleProvider};
 use delayq_forward::{run_forwarder_fenced, RouteTable};
 use delayq_ha::{Leadership, Role, RoleKind};
-use delayq_queue::{run_recovery, run_timer_fenced, DelayQueue, RecoveryOptions};
+use delayq_queue::{run_loader, run_recovery, run_timer_fenced, DelayQueue, RecoveryOptions};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -76,6 +76,9 @@ fn start_term(
     let recovery_fence = Arc::clone(&leadership);
     let still_leading = move || recovery_fence.holds_leadership(epoch);
     tasks.push(tokio::spawn(run_recovery(Arc::clone(&queue), stop.clone(), still_leading, RecoveryOptions::default())));
+    let loader_fence = Arc::clone(&leadership);
+    let may_load = move || loader_fence.holds_leadership(epoch);
+    tasks.push(tokio::spawn(run_loader(Arc::clone(&queue), stop.clone(), may_load)));
     let forward_fence = Arc::clone(&leadership);
     let may_forward = move || forward_fence.holds_leadership(epoch);
     tasks.push(tokio::spawn(run_forwarder_fenced(Arc::clone(&queue), routes, stop.clone(), may_forward)));

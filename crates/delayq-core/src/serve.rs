@@ -47,6 +47,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         retry: config.jobs.retry_policy(),
         promote_batch: config.scheduler.promote_batch,
         max_waiters: config.limits.max_waiters,
+        horizon: config.scheduler.horizon(),
         ..QueueSettings::default()
     };
     // Under ZooKeeper the worker id is claimed there, so two live nodes never share one.

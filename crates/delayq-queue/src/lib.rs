@@ -22,6 +22,7 @@
 
 pub mod error;
 pub mod failpoint;
+pub mod horizon;
 mod id_locks;
 pub mod memory;
 pub mod metrics;
@@ -42,9 +43,10 @@ pub mod testsuite;
 pub mod timer;
 
 pub use error::{QueueError, QueueResult, INTERNAL_MESSAGE};
+pub use horizon::run_loader;
 pub use memory::MemoryScheduler;
 pub use recovery::{run_recovery, RecoveryOptions};
 pub use redis::{RedisScheduler, RedisSchedulerOptions};
-pub use scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
-pub use service::{DelayQueue, JobDetails, JobPage, Pushed, QueueSettings, QueueStats};
+pub use scheduler::{HorizonMarks, MemoryUse, Promotion, RestoreFence, Scheduler, TopicStats};
+pub use service::{DelayQueue, HorizonStats, JobDetails, JobPage, Pushed, QueueSettings, QueueStats};
 pub use timer::{run_timer, run_timer_fenced, LeaseGate};

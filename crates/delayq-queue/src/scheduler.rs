@@ -58,6 +58,26 @@ impl RestoreFence {
     }
 }
 
+/// The two marks of a scheduler's horizon (see [`Scheduler::admit_until`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HorizonMarks {
+    /// A new job due at or before this instant is held at once by
+    /// [`Scheduler::schedule`]; one due later is left to the store.
+    pub admit: Timestamp,
+    /// Every live job due at or before this instant is held: the loader
+    /// filled the scheduler from the store up to it. `None`: not even once.
+    pub loaded: Option<Timestamp>,
+}
+
+/// How full the scheduler's memory is, where the backend has a bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Bytes in use.
+    pub used: u64,
+    /// The bound (Redis `maxmemory`).
+    pub max: u64,
+}
+
 /// The scheduling half of the queue.
 ///
 /// Contract every backend keeps:
@@ -77,6 +97,8 @@ pub trait Scheduler: Send + Sync + 'static {
     fn backend(&self) -> &'static str;
 
     /// Adds a new job: `ready` when its `run_at` has passed, else `delay`.
+    /// A job due after the horizon's admission mark ([`Scheduler::admit_until`])
+    /// is not held: it stays in the store until the loader brings it.
     ///
     /// # Errors
     /// [`crate::QueueError::Conflict`] when a live job has this id.
@@ -143,6 +165,31 @@ pub trait Scheduler: Send + Sync + 'static {
     /// runs and always answers `true`.
     async fn check_intact(&self) -> QueueResult<bool> {
         Ok(true)
+    }
+
+    /// Raises the horizon's admission mark to `until` (it never goes down):
+    /// from now on [`Scheduler::schedule`] holds every new job due by then.
+    /// Returns the loaded mark ([`HorizonMarks::loaded`]) as it is, the lowest
+    /// of every part of a sharded backend; `None` when some part has none (a
+    /// new or emptied scheduler), which is then loaded from the start.
+    ///
+    /// A scheduler that never had its admission mark raised holds every job
+    /// (no horizon). The mark is raised before the store is read, so a push
+    /// that the scheduler turned away was stored before the read, and the
+    /// read finds it.
+    async fn admit_until(&self, until: Timestamp) -> QueueResult<Option<Timestamp>>;
+
+    /// Raises the loaded mark to `until` (it never goes down), once every live
+    /// job of the store due by then is held.
+    async fn mark_loaded(&self, until: Timestamp) -> QueueResult<()>;
+
+    /// Returns the horizon's marks (the lowest of every part of a sharded
+    /// backend); `None` while the admission mark was never raised (or some part lost it).
+    async fn horizon(&self) -> QueueResult<Option<HorizonMarks>>;
+
+    /// Returns how full the backend's memory is, when it has a bound.
+    async fn memory_use(&self) -> QueueResult<Option<MemoryUse>> {
+        Ok(None)
     }
 
     /// Replaces a waiting (`delay` or `ready`) job atomically; returns the job as scheduled.

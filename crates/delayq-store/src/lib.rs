@@ -57,4 +57,4 @@ pub use identity::StoreId;
 pub use mysql::MysqlStore;
 pub use options::{SqliteSync, StoreOptions};
 pub use sqlite::SqliteStore;
-pub use store::{BoxError, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
+pub use store::{BoxError, DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};

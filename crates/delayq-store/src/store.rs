@@ -108,6 +108,34 @@ pub struct ListCursor {
     pub id: JobId,
 }
 
+/// Where a walk over live jobs by due time continues: after the job due at
+/// `run_at` with id `id`, in `(run_at, id)` order. An empty `id` takes in every
+/// job due at `run_at`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DueCursor {
+    /// The due time of the last job read.
+    pub run_at: Timestamp,
+    /// The id of the last job read, or empty.
+    pub id: String,
+}
+
+impl DueCursor {
+    /// Starts before every job.
+    pub fn start() -> DueCursor {
+        DueCursor::default()
+    }
+
+    /// Starts after every job due at or before `at`.
+    pub fn after_instant(at: Timestamp) -> DueCursor {
+        DueCursor { run_at: Timestamp::from_millis(at.as_millis().saturating_add(1)), id: String::new() }
+    }
+
+    /// Continues after `job`.
+    pub fn after(job: &Job) -> DueCursor {
+        DueCursor { run_at: job.run_at, id: job.id.as_str().to_owned() }
+    }
+}
+
 /// How many jobs of a topic are in a state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateCount {
@@ -199,8 +227,12 @@ pub trait JobStore: Send + Sync + 'static {
         cursor: Option<&ListCursor>,
     ) -> Result<Vec<Job>, StoreError>;
 
-    /// Returns up to `limit` live jobs with ids after `after` (ordered by id), for restore.
-    async fn live_jobs(&self, after: Option<&JobId>, limit: usize) -> Result<Vec<Job>, StoreError>;
+    /// Returns up to `limit` live jobs after `after` and due at or before
+    /// `until`, in `(run_at, id)` order: a restore's and the horizon loader's read.
+    ///
+    /// Each page is a seek in an index of live jobs by due time, so its cost
+    /// does not grow with the jobs before `after` or after `until`.
+    async fn live_jobs_due(&self, after: &DueCursor, until: Timestamp, limit: usize) -> Result<Vec<Job>, StoreError>;
 
     /// Marks every live job deleted at `at` (journaled); returns their ids.
     async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError>;

@@ -70,7 +70,7 @@ macro_rules! store_conformance {
                 check_results_within_one_write,
                 check_journal_is_ordered_with_durable_writes,
                 check_list_orders_and_pages,
-                check_live_jobs_pages_by_id,
+                check_live_jobs_page_by_due_time,
                 check_counts,
                 check_counts_follow_every_change,
                 check_purge_ended,

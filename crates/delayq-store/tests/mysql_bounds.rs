@@ -11,7 +11,7 @@ use common::{
     assert_live_and_ended_counts, bounded_journal_options, check_retention_task_purges, check_the_journal_is_bounded,
     open_scratch, retention_options, scratch_url, three_live_jobs,
 };
-use delayq_store::mysql::{COUNTS_QUERY, LIVE_JOBS_QUERY};
+use delayq_store::mysql::{COUNTS_QUERY, LIVE_JOBS_DUE_QUERY};
 use delayq_store::testsuite::unique_topic;
 use delayq_store::{JobStore, MysqlStore, StoreOptions};
 use serde_json::Value;
@@ -119,11 +119,11 @@ async fn rows_read(connection: &mut MySqlConnection) -> u64 {
     reads.iter().filter_map(|(_, value)| value.parse::<u64>().ok()).sum()
 }
 
-/// A restore reads the live jobs in pages after an id: a page far into 100,000
-/// live jobs of 100-byte bodies reads about a page of rows, not every live row
-/// before it.
+/// A restore and the horizon loader read the live jobs in pages by due time
+/// after a cursor: a page far into 100,000 live jobs of 100-byte bodies reads
+/// about a page of rows, not every live row before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_page_of_live_jobs_reads_about_one_page_wherever_it_starts() {
+async fn a_page_of_live_jobs_by_due_time_reads_about_one_page_wherever_it_starts() {
     const LIVE: u64 = 100_000;
     const PAGE: i64 = 1_000;
     /// Row reads allowed for a page of 1,000, a restore's (index entries, their rows, the seek).
@@ -134,7 +134,8 @@ async fn a_page_of_live_jobs_reads_about_one_page_wherever_it_starts() {
     sqlx::query(&format!(
         "INSERT INTO job (id, topic, delay, create_time, body, status, update_time, run_at, ttr, priority, \
          attempt, max_retries, retry_backoff) \
-         SELECT CONCAT('live-', LPAD(seq, 6, '0')), ?, 0, 0, REPEAT('b', 100), 'delay', seq, seq, 30000, 1, 1, 3, '[]' \
+         SELECT CONCAT('live-', LPAD(seq, 6, '0')), ?, 0, 0, REPEAT('b', 100), 'delay', seq, seq DIV 2, 30000, 1, 1, \
+         3, '[]' \
          FROM seq_1_to_{LIVE}"
     ))
     .bind(unique_topic("live").as_str())
@@ -142,22 +143,42 @@ async fn a_page_of_live_jobs_reads_about_one_page_wherever_it_starts() {
     .await
     .expect("bulk insert of live rows");
     sqlx::query("ANALYZE TABLE job").execute(&mut connection).await.expect("statistics");
-    for after in ["", "live-030000", "live-060000", "live-090000", "live-099500"] {
+    // Two jobs per due time: a cursor is a due time and an id.
+    let cursors = [(0, ""), (15_000, "live-030000"), (30_000, "live-060000"), (45_000, "live-090000"), (49_750, "")];
+    for (run_at, after) in cursors {
         sqlx::query("FLUSH STATUS").execute(&mut connection).await.expect("flush status");
-        let page = sqlx::query(LIVE_JOBS_QUERY)
+        let page = sqlx::query(LIVE_JOBS_DUE_QUERY)
+            .bind(run_at)
+            .bind(run_at)
             .bind(after)
+            .bind(i64::MAX)
             .bind(PAGE)
             .fetch_all(&mut connection)
             .await
             .expect("a page of live jobs");
         let read = rows_read(&mut connection).await;
-        assert!(!page.is_empty(), "live jobs after {after:?}");
+        assert!(!page.is_empty(), "live jobs after {run_at}, {after:?}");
+        let first_due: i64 = page[0].try_get("run_at").expect("a due time");
         // A binary collation: the id comes back as bytes.
         let first: Vec<u8> = page[0].try_get("id").expect("an id");
         let first = String::from_utf8_lossy(&first);
-        assert!(first.as_ref() > after, "the page starts after {after:?}: {first}");
-        assert!(read < READ_BOUND, "the page after {after:?} read {read} rows");
+        assert!((first_due, first.as_ref()) > (run_at, after), "the page starts after {run_at}, {after:?}: {first}");
+        assert!(read < READ_BOUND, "the page after {run_at}, {after:?} read {read} rows");
     }
+    // A window that ends early reads no further than its end.
+    sqlx::query("FLUSH STATUS").execute(&mut connection).await.expect("flush status");
+    let window = sqlx::query(LIVE_JOBS_DUE_QUERY)
+        .bind(10_000)
+        .bind(10_000)
+        .bind("")
+        .bind(10_009)
+        .bind(PAGE)
+        .fetch_all(&mut connection)
+        .await
+        .expect("a window of live jobs");
+    assert_eq!(window.len(), 20, "the jobs due in the window");
+    let read = rows_read(&mut connection).await;
+    assert!(read < 200, "a window of 20 jobs read {read} rows");
     connection.close().await.expect("close");
     store.close().await;
 }

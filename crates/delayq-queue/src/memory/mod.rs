@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use self::state::MemoryState;
 use crate::error::QueueResult;
-use crate::scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
+use crate::scheduler::{HorizonMarks, Promotion, RestoreFence, Scheduler, TopicStats};
 
 /// The longest a reserve waits when asked for an unrepresentable wait.
 const MAX_WAIT: Duration = Duration::from_secs(86_400);
@@ -134,6 +134,19 @@ impl Scheduler for MemoryScheduler {
     async fn restore_batch(&self, jobs: &[Job], _fence: &RestoreFence) -> QueueResult<Vec<bool>> {
         let now = self.clock.now();
         Ok(self.with_state(|state| jobs.iter().map(|job| state.restore(job, now)).collect()))
+    }
+
+    async fn admit_until(&self, until: Timestamp) -> QueueResult<Option<Timestamp>> {
+        Ok(self.lock().admit_until(until))
+    }
+
+    async fn mark_loaded(&self, until: Timestamp) -> QueueResult<()> {
+        self.lock().mark_loaded(until);
+        Ok(())
+    }
+
+    async fn horizon(&self) -> QueueResult<Option<HorizonMarks>> {
+        Ok(self.lock().horizon())
     }
 
     async fn replace(&self, job: &Job) -> QueueResult<Job> {

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 use super::topic::TopicQueue;
 use crate::error::{QueueError, QueueResult};
-use crate::scheduler::{check_attempt, reservation_deadline, waiting_state, Promotion, TopicStats};
+use crate::scheduler::{check_attempt, reservation_deadline, waiting_state, HorizonMarks, Promotion, TopicStats};
 
 /// Where a job sits in the slab.
 pub(super) type Slot = usize;
@@ -46,6 +46,8 @@ pub(super) struct MemoryState {
     timeline: BTreeMap<DueKey, Slot>,
     topics: HashMap<Topic, TopicQueue>,
     seq: u64,
+    /// The horizon's marks, once the admission mark was raised.
+    horizon: Option<HorizonMarks>,
     /// Signals to raise once the lock is released.
     wakes: Wakes,
 }
@@ -89,10 +91,33 @@ impl MemoryState {
         if self.by_id.contains_key(&job.id) {
             return Err(QueueError::Conflict(format!("job {} already exists", job.id)));
         }
+        let state = waiting_state(job.run_at, now);
+        if state == JobState::Delay && self.horizon.is_some_and(|marks| job.run_at > marks.admit) {
+            // Beyond the horizon: the loader brings it from the store.
+            return Ok(());
+        }
         let mut job = job.clone();
-        job.state = waiting_state(job.run_at, now);
+        job.state = state;
         self.insert(job);
         Ok(())
+    }
+
+    /// Raises the admission mark; returns the loaded mark.
+    pub(super) fn admit_until(&mut self, until: Timestamp) -> Option<Timestamp> {
+        let marks = self.horizon.get_or_insert(HorizonMarks { admit: until, loaded: None });
+        marks.admit = marks.admit.max(until);
+        marks.loaded
+    }
+
+    /// Raises the loaded mark.
+    pub(super) fn mark_loaded(&mut self, until: Timestamp) {
+        let marks = self.horizon.get_or_insert(HorizonMarks { admit: until, loaded: None });
+        marks.loaded = Some(marks.loaded.map_or(until, |loaded| loaded.max(until)));
+    }
+
+    /// Returns the horizon's marks.
+    pub(super) fn horizon(&self) -> Option<HorizonMarks> {
+        self.horizon
     }
 
     /// Adds a job unless one with its id is held; a reserved job stays reserved
@@ -242,6 +267,8 @@ impl MemoryState {
             queue.reserved = 0;
         }
         self.topics.retain(|_, queue| !queue.is_unused());
+        // What was loaded is gone with the jobs.
+        self.horizon = None;
         cleared
     }
 

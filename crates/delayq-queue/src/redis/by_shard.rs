@@ -12,7 +12,7 @@ use super::codec::CodecError;
 use super::combine::Group;
 use super::connection::unavailable;
 use super::keys::{self, ShardKeys};
-use super::runner::{Removal, ScriptRunner};
+use super::runner::{Added, Removal, ScriptRunner};
 use crate::error::{QueueError, QueueResult};
 
 /// The most jobs one schedule script call carries.
@@ -140,25 +140,24 @@ pub(super) fn chunks_by_shard<'e, 'i>(
 /// Adds new jobs, one script call per shard (and chunk); each job judged alone.
 pub(super) async fn schedule_jobs(runner: &ScriptRunner, jobs: &[Job]) -> QueueResult<Vec<QueueResult<()>>> {
     let now = Timestamp::now();
-    let outcomes =
-        call_by_shard(runner, jobs.iter().map(|job| &job.id), SCHEDULE_CHUNK, |shard, chunk| {
-            let chunk_jobs: Vec<&Job> = chunk.iter().filter_map(|&position| jobs.get(position)).collect();
-            async move {
-                let added = runner.schedule(shard, &chunk_jobs, now).await?;
-                Ok(chunk_jobs
-                    .iter()
-                    .zip(added)
-                    .map(|(job, added)| {
-                        if added {
-                            Ok(())
-                        } else {
-                            Err(QueueError::Conflict(format!("job {} already exists", job.id)))
-                        }
-                    })
-                    .collect())
-            }
-        })
-        .await;
+    let outcomes = call_by_shard(runner, jobs.iter().map(|job| &job.id), SCHEDULE_CHUNK, |shard, chunk| {
+        let chunk_jobs: Vec<&Job> = chunk.iter().filter_map(|&position| jobs.get(position)).collect();
+        async move {
+            let added = runner.schedule(shard, &chunk_jobs, now).await?;
+            Ok(chunk_jobs
+                .iter()
+                .zip(added)
+                .map(|(job, added)| {
+                    if added == Added::Held {
+                        Err(QueueError::Conflict(format!("job {} already exists", job.id)))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .collect())
+        }
+    })
+    .await;
     // Redis failed every call: that is the batch's failure, not each job's.
     if outcomes.iter().all(|outcome| matches!(outcome, Err(QueueError::Unavailable { .. }))) {
         if let Some(Err(error)) = outcomes.into_iter().next() {

@@ -66,6 +66,11 @@ impl RedisConnection {
         bounded(timeout * 2, connecting).await
     }
 
+    /// Returns whether this is a standalone server (not a cluster).
+    pub(super) fn is_standalone(&self) -> bool {
+        matches!(self, RedisConnection::Standalone(_))
+    }
+
     /// Returns how many masters serve slots: 1 for a standalone server.
     pub(super) async fn masters(&self, timeout: Duration) -> QueueResult<usize> {
         if let RedisConnection::Standalone(_) = self {

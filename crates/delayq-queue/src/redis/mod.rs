@@ -68,7 +68,7 @@ pub use self::nodes::{ForeignNode, JoinError, NodeRegistry, NodeRegistryOptions}
 use self::notify::{Channels, Signals};
 use self::runner::{Removal, ScriptRunner};
 use crate::error::{QueueError, QueueResult};
-use crate::scheduler::{Promotion, RestoreFence, Scheduler, TopicStats};
+use crate::scheduler::{HorizonMarks, MemoryUse, Promotion, RestoreFence, Scheduler, TopicStats};
 
 /// The shard count of a standalone Redis when none is configured. Redis runs
 /// scripts one at a time, so more shards there buy no parallelism; fewer mean
@@ -166,6 +166,28 @@ impl RedisScheduler {
     }
 }
 
+impl RedisScheduler {
+    /// Runs one `horizon.lua` operation on every shard; returns each shard's marks.
+    async fn horizon_on_every_shard(
+        &self,
+        operation: &str,
+        until: Timestamp,
+    ) -> QueueResult<Vec<(Option<u64>, Option<u64>)>> {
+        let runner = &self.runner;
+        try_join_all(runner.shards.iter().map(|shard| runner.horizon(shard, operation, until))).await
+    }
+}
+
+/// The lowest of the shards' marks, or `None` when some shard has none.
+fn lowest(marks: impl Iterator<Item = Option<u64>>) -> Option<Timestamp> {
+    let mut lowest: Option<u64> = None;
+    for mark in marks {
+        let mark = mark?;
+        lowest = Some(lowest.map_or(mark, |seen| seen.min(mark)));
+    }
+    lowest.map(Timestamp::from_millis)
+}
+
 impl Drop for RedisScheduler {
     fn drop(&mut self) {
         self.subscriber.abort();
@@ -238,6 +260,39 @@ impl Scheduler for RedisScheduler {
         let (created, epoch): (bool, String) = runner.connection.query_pipeline(&pipeline, runner.timeout).await?;
         let marked = try_join_all(runner.shards.iter().map(|shard| runner.mark(shard, &epoch))).await?;
         Ok(!created && marked.into_iter().all(|kept| kept))
+    }
+
+    async fn admit_until(&self, until: Timestamp) -> QueueResult<Option<Timestamp>> {
+        let marks = self.horizon_on_every_shard("admit", until).await?;
+        Ok(lowest(marks.iter().map(|(_, loaded)| *loaded)))
+    }
+
+    async fn mark_loaded(&self, until: Timestamp) -> QueueResult<()> {
+        self.horizon_on_every_shard("loaded", until).await?;
+        Ok(())
+    }
+
+    async fn horizon(&self) -> QueueResult<Option<HorizonMarks>> {
+        let marks = self.horizon_on_every_shard("read", Timestamp::EPOCH).await?;
+        let Some(admit) = lowest(marks.iter().map(|(admit, _)| *admit)) else { return Ok(None) };
+        Ok(Some(HorizonMarks { admit, loaded: lowest(marks.iter().map(|(_, loaded)| *loaded)) }))
+    }
+
+    /// `used_memory` and `maxmemory` of a standalone Redis with a `maxmemory`;
+    /// `None` on a cluster (each master has its own) or without a bound.
+    async fn memory_use(&self) -> QueueResult<Option<MemoryUse>> {
+        let runner = &self.runner;
+        if !runner.connection.is_standalone() {
+            return Ok(None);
+        }
+        let info: String = runner.connection.query(redis::cmd("INFO").arg("memory"), runner.timeout).await?;
+        let field = |name: &str| {
+            info.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':')?.trim().parse::<u64>().ok())
+        };
+        Ok(match (field("used_memory"), field("maxmemory")) {
+            (Some(used), Some(max)) if max > 0 => Some(MemoryUse { used, max }),
+            _ => None,
+        })
     }
 
     async fn replace(&self, job: &Job) -> QueueResult<Job> {

@@ -21,6 +21,17 @@ use crate::scheduler::{reservation_deadline, waiting_state};
 /// Topic codes one shard's cache holds at most; past that, it starts over.
 const CACHED_TOPIC_CODES: usize = 4096;
 
+/// What a schedule call did with one job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Added {
+    /// The shard holds it now.
+    Yes,
+    /// The shard held a job of this id already (or ended it since the restore's fence).
+    Held,
+    /// A new job due beyond the shard's horizon: left to the store.
+    BeyondHorizon,
+}
+
 /// Shared state of one Redis scheduler instance.
 pub(super) struct ScriptRunner {
     pub(super) connection: RedisConnection,
@@ -103,8 +114,9 @@ impl ScriptRunner {
         self.rotation.fetch_add(1, Ordering::Relaxed) % self.shards.len()
     }
 
-    /// Adds jobs of one shard that it does not hold; returns whether each was added.
-    pub(super) async fn schedule(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp) -> QueueResult<Vec<bool>> {
+    /// Adds jobs of one shard that it does not hold, unless they are due
+    /// beyond its horizon; returns what became of each.
+    pub(super) async fn schedule(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp) -> QueueResult<Vec<Added>> {
         self.add(shard, jobs, now, Arrival::New).await
     }
 
@@ -119,7 +131,28 @@ impl ScriptRunner {
         now: Timestamp,
         fence: u64,
     ) -> QueueResult<Vec<bool>> {
-        self.add(shard, jobs, now, Arrival::Restored(fence)).await
+        let added = self.add(shard, jobs, now, Arrival::Restored(fence)).await?;
+        Ok(added.into_iter().map(|added| added == Added::Yes).collect())
+    }
+
+    /// Runs `horizon.lua` on one shard: `admit` or `loaded` raise a mark to
+    /// `until`, `read` changes nothing; returns the marks after the call.
+    pub(super) async fn horizon(
+        &self,
+        shard: &ShardKeys,
+        operation: &str,
+        until: Timestamp,
+    ) -> QueueResult<(Option<u64>, Option<u64>)> {
+        let mut invocation = self.scripts.horizon.prepare_invoke();
+        invocation.key(&shard.meta).arg(operation).arg(until.as_millis());
+        let reply = self.run(&invocation).await?;
+        let parse = || -> Result<(Option<u64>, Option<u64>), CodecError> {
+            let mut items = reply::array(reply)?.into_iter();
+            let admit = reply::instant(&reply::next(&mut items)?)?;
+            let loaded = reply::instant(&reply::next(&mut items)?)?;
+            Ok((admit, loaded))
+        };
+        parse().map_err(unavailable)
     }
 
     /// Opens (or extends) the restore window of one shard; returns its Redis time in ms.
@@ -132,7 +165,7 @@ impl ScriptRunner {
 
     /// One schedule call: with the topic codes this node knows when it knows
     /// every topic's, which the script checks (and corrects, telling us).
-    async fn add(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp, arrival: Arrival) -> QueueResult<Vec<bool>> {
+    async fn add(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp, arrival: Arrival) -> QueueResult<Vec<Added>> {
         let codes = self.cached_codes(shard, jobs);
         let codes = codes.as_ref();
         let mut invocation = self.invocation(&self.scripts.schedule, shard, now);
@@ -152,12 +185,20 @@ impl ScriptRunner {
             push_job_args(&mut invocation, job, now, arrival, code, &mut record);
         }
         let reply = self.run(&invocation).await?;
-        let parse = || -> Result<Vec<bool>, CodecError> {
+        let parse = || -> Result<Vec<Added>, CodecError> {
             let mut items = reply::array(reply)?.into_iter();
             let added = reply::array(reply::next(&mut items)?)?;
             self.apply_signals(shard, &mut items)?;
             self.learn_codes(shard, reply::array(reply::next(&mut items)?)?)?;
-            added.iter().map(|flag| reply::int(flag).map(|flag| flag == 1)).collect()
+            added
+                .iter()
+                .map(|flag| match reply::int(flag)? {
+                    0 => Ok(Added::Held),
+                    1 => Ok(Added::Yes),
+                    2 => Ok(Added::BeyondHorizon),
+                    _ => Err(CodecError("schedule reply")),
+                })
+                .collect()
         };
         let added = parse().map_err(unavailable)?;
         if added.len() != jobs.len() {

@@ -41,6 +41,8 @@ pub(super) struct Scripts {
     pub(super) mark: Script,
     /// Opens a shard's restore window.
     pub(super) restoring: Script,
+    /// Reads or raises a shard's horizon marks.
+    pub(super) horizon: Script,
 }
 
 impl Scripts {
@@ -58,6 +60,7 @@ impl Scripts {
             clear: script!("clear.lua"),
             mark: Script::new(include_str!("lua/mark.lua")),
             restoring: script!("restoring.lua", "index.lua"),
+            horizon: Script::new(include_str!("lua/horizon.lua")),
         }
     }
 }

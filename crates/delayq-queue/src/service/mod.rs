@@ -33,16 +33,17 @@ use std::time::Duration;
 use delayq_common::{
     InvalidField, Job, JobDefaults, JobId, JobState, Limits, PushRequest, RetryPolicy, Snowflake, Timestamp, Topic,
 };
-use delayq_store::{JobStore, ListCursor, LogEntry, StateChange, StateCount};
+use delayq_store::{DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount};
 use futures::stream::{FuturesOrdered, StreamExt};
-use tokio::sync::{mpsc, RwLock, RwLockWriteGuard, Semaphore};
+use tokio::sync::{mpsc, Mutex, RwLock, RwLockWriteGuard, Semaphore};
 use tracing::{info, instrument, warn};
 
 use crate::error::{QueueError, QueueResult};
 use crate::failpoint;
+use crate::horizon::{HorizonStatus, HORIZON_OFF};
 use crate::id_locks::IdLocks;
 use crate::metrics as queue_metrics;
-use crate::scheduler::{check_attempt, Promotion, Scheduler, TopicStats};
+use crate::scheduler::{check_attempt, HorizonMarks, Promotion, Scheduler, TopicStats};
 
 mod batch;
 mod push;
@@ -73,6 +74,9 @@ pub struct QueueSettings {
     pub restore_batch: usize,
     /// The most pops that may wait for jobs at once.
     pub max_waiters: usize,
+    /// How far ahead the scheduler holds delayed jobs ([`crate::horizon`]);
+    /// `None`: every job, however far off.
+    pub horizon: Option<Duration>,
 }
 
 /// The default of [`QueueSettings::max_waiters`].
@@ -87,6 +91,7 @@ impl Default for QueueSettings {
             promote_batch: 1000,
             restore_batch: 1000,
             max_waiters: DEFAULT_MAX_WAITERS,
+            horizon: None,
         }
     }
 }
@@ -121,7 +126,8 @@ pub struct JobPage {
 /// Counts for `/stats`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueStats {
-    /// Live jobs per topic, from the scheduler.
+    /// Live jobs per topic, from the scheduler; with a horizon, the jobs only
+    /// the store holds (due beyond it) are counted as delayed too.
     pub live: Vec<TopicStats>,
     /// Jobs per topic and state, from the store.
     pub stored: Vec<StateCount>,
@@ -129,6 +135,27 @@ pub struct QueueStats {
     pub scheduler: &'static str,
     /// The store backend.
     pub store: &'static str,
+    /// Where the horizon stands, when there is one (or the scheduler still has marks of one).
+    pub horizon: Option<HorizonStats>,
+}
+
+/// Where the horizon stands, for `/stats` and `/metrics`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HorizonStats {
+    /// The span the leader loads ahead now (shrunk under memory pressure),
+    /// as this node knows it; `None` when the horizon is off here.
+    pub span: Option<Duration>,
+    /// Pushes due by this instant are scheduled at once.
+    pub admitted_until: Timestamp,
+    /// Every live job due by this instant is in the scheduler; `None` until the first load.
+    pub loaded_until: Option<Timestamp>,
+    /// Live jobs the scheduler holds.
+    pub hot: u64,
+    /// Live jobs only the store holds (due beyond the loaded mark).
+    pub cold: u64,
+    /// How far the loaded mark is behind `now + span`: more than a loader
+    /// step means the loader falls behind.
+    pub lag: Duration,
 }
 
 /// The delay queue: push, pop, finish, nack, touch, delete, restore, ...
@@ -153,6 +180,10 @@ pub struct DelayQueue {
     pushes: RwLock<()>,
     /// One permit per pop waiting for jobs.
     waiters: Semaphore,
+    /// Held by a load of the horizon and by a restore, one at a time.
+    loading: Mutex<()>,
+    /// The span the loader loads ahead now.
+    horizon_status: HorizonStatus,
 }
 
 impl DelayQueue {
@@ -164,6 +195,7 @@ impl DelayQueue {
         settings: QueueSettings,
     ) -> DelayQueue {
         let waiters = Semaphore::new(settings.max_waiters);
+        let horizon_status = HorizonStatus::new(settings.horizon);
         DelayQueue {
             scheduler,
             store,
@@ -173,7 +205,19 @@ impl DelayQueue {
             id_locks: IdLocks::new(),
             pushes: RwLock::new(()),
             waiters,
+            loading: Mutex::new(()),
+            horizon_status,
         }
+    }
+
+    /// Returns where the horizon's loader stands on this node.
+    pub fn horizon_status(&self) -> &HorizonStatus {
+        &self.horizon_status
+    }
+
+    /// Returns the span the scheduler holds ahead now, `None` without a horizon.
+    fn horizon_span(&self) -> Option<Duration> {
+        self.settings.horizon.map(|_| self.horizon_status.span())
     }
 
     /// Returns the configured settings.
@@ -419,9 +463,36 @@ impl DelayQueue {
     /// state from the store (whose cost does not grow with ended jobs, see
     /// [`JobStore::counts`]).
     pub async fn stats(&self) -> QueueResult<QueueStats> {
-        let live = self.scheduler.stats().await?;
+        let mut live = self.scheduler.stats().await?;
         let stored = self.store.counts().await?;
-        Ok(QueueStats { live, stored, scheduler: self.scheduler.backend(), store: self.store.backend() })
+        let horizon = match self.scheduler.horizon().await? {
+            Some(marks) => {
+                let stats = self.horizon_stats(marks, &live, &stored);
+                count_cold_as_delayed(&mut live, &stored);
+                Some(stats)
+            }
+            None => None,
+        };
+        Ok(QueueStats { live, stored, scheduler: self.scheduler.backend(), store: self.store.backend(), horizon })
+    }
+
+    fn horizon_stats(&self, marks: HorizonMarks, live: &[TopicStats], stored: &[StateCount]) -> HorizonStats {
+        let hot: u64 = live.iter().map(|topic| topic.delay + topic.ready + topic.reserved).sum();
+        let stored_live: u64 = stored.iter().filter(|count| count.state.is_live()).map(|count| count.count).sum();
+        let span = self.horizon_span();
+        let lag = match (span, marks.loaded) {
+            (Some(span), Some(loaded)) => Timestamp::now().plus(span).since(loaded),
+            (Some(span), None) => span,
+            (None, _) => Duration::ZERO,
+        };
+        HorizonStats {
+            span,
+            admitted_until: marks.admit,
+            loaded_until: marks.loaded,
+            hot,
+            cold: stored_live.saturating_sub(hot),
+            lag,
+        }
     }
 
     /// Returns the topics that have ready jobs (the forwarder's work list).
@@ -469,6 +540,21 @@ impl DelayQueue {
         match self.scheduler.delete(id).await {
             Ok(_) | Err(QueueError::NotFound(_)) => Ok(()),
             Err(error) => Err(error),
+        }
+    }
+}
+
+/// Adds to each topic's delayed count its jobs beyond the horizon: the live
+/// jobs of the store the scheduler does not hold.
+fn count_cold_as_delayed(live: &mut Vec<TopicStats>, stored: &[StateCount]) {
+    let mut stored_live: std::collections::BTreeMap<&Topic, u64> = std::collections::BTreeMap::new();
+    for count in stored.iter().filter(|count| count.state.is_live()) {
+        *stored_live.entry(&count.topic).or_default() += count.count;
+    }
+    for (topic, in_store) in stored_live {
+        match live.iter_mut().find(|held| held.topic == *topic) {
+            Some(held) => held.delay += in_store.saturating_sub(held.delay + held.ready + held.reserved),
+            None => live.push(TopicStats { topic: topic.clone(), delay: in_store, ready: 0, reserved: 0 }),
         }
     }
 }

@@ -16,11 +16,12 @@ impl DelayQueue {
     /// Pushes one job under its id's lock (the caller holds [`DelayQueue::pushes`]).
     pub(super) async fn push_one(&self, request: PushRequest, now: Timestamp) -> QueueResult<Pushed> {
         if request.replace {
-            if let Some(target) = self.find_replace_target(&request).await? {
+            if let Some((target, _)) = self.find_replace_target(&request).await? {
                 let _id_guard = self.id_locks.lock_all(request.id.iter().chain([&target.id])).await;
                 // Read again under the lock: a finish, delete or replace may have moved it meanwhile.
                 return match self.find_replace_target(&request).await? {
-                    Some(existing) => self.replace(existing, request, now).await,
+                    Some((existing, true)) => self.replace(existing, request, now).await,
+                    Some((existing, false)) => self.replace_unscheduled(existing, request, now).await,
                     None => self.insert_and_schedule(request, now).await,
                 };
             }
@@ -80,28 +81,35 @@ impl DelayQueue {
         Ok(request.into_job(id, now, &self.settings.defaults))
     }
 
-    async fn find_replace_target(&self, request: &PushRequest) -> QueueResult<Option<Job>> {
-        if let Some(id) = &request.id {
+    /// Returns the live job a replace push names (by id, else by business
+    /// key) and whether the scheduler holds it.
+    async fn find_replace_target(&self, request: &PushRequest) -> QueueResult<Option<(Job, bool)>> {
+        let stored = if let Some(id) = &request.id {
             if let Some(job) = self.scheduler.get(id).await? {
-                return Ok(Some(job));
+                return Ok(Some((job, true)));
             }
+            // Beyond the horizon (or lost by the scheduler): the store has it.
+            self.store.get(id).await?.filter(|job| job.state.is_live())
+        } else {
+            None
+        };
+        let stored = match (stored, &request.biz_key) {
+            (Some(job), _) => Some(job),
+            (None, Some(biz_key)) => self.store.find_live_by_biz_key(&request.topic, biz_key).await?,
+            (None, None) => None,
+        };
+        match stored {
+            Some(job) => {
+                let held = self.scheduler.get(&job.id).await?;
+                Ok(Some(held.map_or((job, false), |held| (held, true))))
+            }
+            None => Ok(None),
         }
-        if let Some(biz_key) = &request.biz_key {
-            return Ok(self.store.find_live_by_biz_key(&request.topic, biz_key).await?);
-        }
-        Ok(None)
     }
 
-    /// Replaces a waiting job (the caller holds its id's lock).
+    /// Replaces a waiting job the scheduler holds (the caller holds its id's lock).
     async fn replace(&self, existing: Job, request: PushRequest, now: Timestamp) -> QueueResult<Pushed> {
-        if !matches!(existing.state, JobState::Delay | JobState::Ready) {
-            return Err(QueueError::WrongState { id: existing.id, state: existing.state });
-        }
-        if existing.topic != request.topic {
-            return Err(QueueError::Conflict(format!("job {} belongs to topic {}", existing.id, existing.topic)));
-        }
-        let mut job = request.into_job(existing.id.clone(), now, &self.settings.defaults);
-        job.attempt = existing.attempt;
+        let job = self.replacement(&existing, request, now)?;
         self.store.replace(job.clone()).await?;
         let scheduled = match self.scheduler.replace(&job).await {
             Ok(scheduled) => scheduled,
@@ -118,5 +126,57 @@ impl DelayQueue {
         };
         queue_metrics::record_pushes(1);
         Ok(Pushed { id: scheduled.id, run_at: scheduled.run_at })
+    }
+
+    /// Replaces a waiting job only the store holds: due beyond the horizon (or
+    /// lost by the scheduler). The caller holds its id's lock.
+    ///
+    /// Under [`DelayQueue::transitions`], so a restore or load of this process
+    /// does not fall between the store write and the scheduler's; one of
+    /// another node is kept off by the delete below, which its fence notes.
+    async fn replace_unscheduled(&self, existing: Job, request: PushRequest, now: Timestamp) -> QueueResult<Pushed> {
+        let job = self.replacement(&existing, request, now)?;
+        let _transition = self.transitions.read().await;
+        self.store.replace(job.clone()).await?;
+        match self.scheduler.replace(&job).await {
+            // A load brought it meanwhile.
+            Ok(scheduled) => {
+                queue_metrics::record_pushes(1);
+                return Ok(Pushed { id: scheduled.id, run_at: scheduled.run_at });
+            }
+            Err(QueueError::NotFound(_)) => {}
+            Err(refused @ QueueError::WrongState { .. }) => {
+                // A load brought it, it fell due and a consumer took it.
+                if let Some(current) = self.scheduler.get(&job.id).await? {
+                    self.store.replace(current).await?;
+                }
+                return Err(refused);
+            }
+            Err(error) => return Err(error),
+        }
+        // A restore under way that read the old version skips it now.
+        self.forget_in_scheduler(&job.id).await?;
+        let scheduled = self.scheduler.schedule(&job).await;
+        self.settle_schedule(&job, scheduled).await?;
+        // Another node may have ended it after the store write: the replace
+        // came first, the end stands.
+        if !self.store.get(&job.id).await?.is_some_and(|stored| stored.state.is_live()) {
+            self.forget_in_scheduler(&job.id).await?;
+        }
+        queue_metrics::record_pushes(1);
+        Ok(Pushed { id: job.id, run_at: job.run_at })
+    }
+
+    /// Returns the new version of `existing` a replace push asks for.
+    fn replacement(&self, existing: &Job, request: PushRequest, now: Timestamp) -> QueueResult<Job> {
+        if !matches!(existing.state, JobState::Delay | JobState::Ready) {
+            return Err(QueueError::WrongState { id: existing.id.clone(), state: existing.state });
+        }
+        if existing.topic != request.topic {
+            return Err(QueueError::Conflict(format!("job {} belongs to topic {}", existing.id, existing.topic)));
+        }
+        let mut job = request.into_job(existing.id.clone(), now, &self.settings.defaults);
+        job.attempt = existing.attempt;
+        Ok(job)
     }
 }

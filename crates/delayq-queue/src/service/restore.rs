@@ -52,45 +52,113 @@ impl DelayQueue {
         Ok(job)
     }
 
-    /// Walks the store's live jobs page by page and restores them.
+    /// Walks the store's live jobs page by page and restores them: those due
+    /// within the horizon (every one when there is none), and every ready or
+    /// reserved one, whose due time has passed.
     async fn restore_from_store(&self, skip_overdue: bool) -> QueueResult<Restored> {
+        let _loading = self.loading.lock().await;
+        let window = self.open_horizon(Timestamp::now()).await?;
+        let outcome = self.restore_range(DueCursor::start(), window.until, skip_overdue).await?;
+        self.close_horizon(&window).await?;
+        Ok(outcome)
+    }
+
+    /// Moves the horizon up to `until` (see [`crate::horizon`]): raises the
+    /// scheduler's admission mark, so that pushes due by then are scheduled at
+    /// once, then restores the live jobs of the store due after the loaded mark
+    /// and by `until`, and raises the loaded mark. Returns how many jobs the
+    /// scheduler did not hold and now does.
+    pub async fn load_horizon(&self, until: Timestamp) -> QueueResult<u64> {
+        let _loading = self.loading.lock().await;
+        let loaded = self.scheduler.admit_until(until).await?;
+        let window = HorizonWindow { until, marked: true };
+        let from = match loaded {
+            Some(loaded) if loaded >= until => return Ok(0),
+            Some(loaded) => DueCursor::after_instant(loaded),
+            None => DueCursor::start(),
+        };
+        // The common case, nothing to load, needs no exclusive section.
+        let added = if self.store.live_jobs_due(&from, until, 1).await?.is_empty() {
+            0
+        } else {
+            self.restore_range(from, until, false).await?.added
+        };
+        self.close_horizon(&window).await?;
+        Ok(added)
+    }
+
+    /// Returns the end of what a restore at `now` reads; with a horizon (or a
+    /// scheduler that still has one from before), first raises its admission mark there.
+    async fn open_horizon(&self, now: Timestamp) -> QueueResult<HorizonWindow> {
+        match self.horizon_span() {
+            Some(span) => {
+                let until = now.plus(span);
+                self.scheduler.admit_until(until).await?;
+                Ok(HorizonWindow { until, marked: true })
+            }
+            None if self.scheduler.horizon().await?.is_some() => {
+                // The horizon was turned off: everything is admitted and loaded.
+                self.scheduler.admit_until(HORIZON_OFF).await?;
+                Ok(HorizonWindow { until: HORIZON_OFF, marked: true })
+            }
+            None => Ok(HorizonWindow { until: HORIZON_OFF, marked: false }),
+        }
+    }
+
+    /// Raises the loaded mark once a window is loaded.
+    async fn close_horizon(&self, window: &HorizonWindow) -> QueueResult<()> {
+        if window.marked {
+            self.scheduler.mark_loaded(window.until).await?;
+        }
+        Ok(())
+    }
+
+    /// Restores the live jobs of the store after `from` and due by `until`,
+    /// page by page.
+    async fn restore_range(&self, from: DueCursor, until: Timestamp, skip_overdue: bool) -> QueueResult<Restored> {
         let now = Timestamp::now();
         let batch = self.settings.restore_batch.max(1);
-        let mut after: Option<JobId> = None;
+        let mut after = from;
         let mut outcome = Restored::default();
         loop {
             let _exclusive = self.exclusive_with_journal().await?;
             // Before the read: the write skips what other nodes end after it.
             let fence = self.scheduler.open_restore().await?;
-            let page = self.store.live_jobs(after.as_ref(), batch).await?;
+            let page = self.store.live_jobs_due(&after, until, batch).await?;
             let Some(last) = page.last() else { break };
-            let next_after = last.id.clone();
+            let next_after = DueCursor::after(last);
             let candidates: Vec<Job> = page.into_iter().filter(|job| !(skip_overdue && job.run_at < now)).collect();
             outcome.scheduled += candidates.len() as u64;
             let added_flags = self.scheduler.restore_batch(&candidates, &fence).await?;
             let added: Vec<&Job> =
                 candidates.iter().zip(added_flags).filter_map(|(job, added)| added.then_some(job)).collect();
-            let ended = self.forget_ended(after.as_ref(), batch, &added).await?;
+            let ended = self.forget_ended(&after, until, batch, &added).await?;
             let kept = (added.len() - ended) as u64;
             if kept > 0 {
                 queue_metrics::record_restored(kept);
             }
             outcome.added += kept;
-            after = Some(next_after);
+            after = next_after;
         }
         Ok(outcome)
     }
 
     /// Takes out of the scheduler the `added` jobs (restored from the page of
-    /// live jobs after `after`) that the store no longer calls live: ended in
-    /// the store between the page read and the scheduler write without the
-    /// scheduler being told (those it was told of, the restore fence kept
-    /// out). Returns how many.
-    async fn forget_ended(&self, after: Option<&JobId>, batch: usize, added: &[&Job]) -> QueueResult<usize> {
+    /// live jobs after `after`, due by `until`) that the store no longer calls
+    /// live: ended in the store between the page read and the scheduler write
+    /// without the scheduler being told (those it was told of, the restore
+    /// fence kept out). Returns how many.
+    async fn forget_ended(
+        &self,
+        after: &DueCursor,
+        until: Timestamp,
+        batch: usize,
+        added: &[&Job],
+    ) -> QueueResult<usize> {
         if added.is_empty() {
             return Ok(0);
         }
-        let again = self.store.live_jobs(after, batch).await?;
+        let again = self.store.live_jobs_due(after, until, batch).await?;
         let whole_range = again.len() < batch;
         let still_live: std::collections::HashSet<&JobId> = again.iter().map(|job| &job.id).collect();
         let mut ended = 0;
@@ -138,6 +206,13 @@ impl DelayQueue {
         warn!(deleted = deleted.len(), cleared, "cleared every live job");
         Ok((deleted.len() as u64).max(cleared))
     }
+}
+
+/// The end of what a restore or a load reads, and whether it moves the
+/// scheduler's horizon marks.
+struct HorizonWindow {
+    until: Timestamp,
+    marked: bool,
 }
 
 /// What one walk over the store's live jobs did.

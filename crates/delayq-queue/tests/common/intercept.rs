@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use delayq_common::{Job, JobId, Timestamp, Topic};
-use delayq_queue::{Promotion, QueueResult, RestoreFence, Scheduler, TopicStats};
+use delayq_queue::{HorizonMarks, MemoryUse, Promotion, QueueResult, RestoreFence, Scheduler, TopicStats};
 use tokio::sync::Notify;
 
 /// The calls a test may take over; by default each goes to `inner` unchanged.
@@ -89,6 +89,18 @@ impl<I: Intercept> Scheduler for Intercepted<I> {
     }
     async fn check_intact(&self) -> QueueResult<bool> {
         self.inner.check_intact().await
+    }
+    async fn admit_until(&self, until: Timestamp) -> QueueResult<Option<Timestamp>> {
+        self.inner.admit_until(until).await
+    }
+    async fn mark_loaded(&self, until: Timestamp) -> QueueResult<()> {
+        self.inner.mark_loaded(until).await
+    }
+    async fn horizon(&self) -> QueueResult<Option<HorizonMarks>> {
+        self.inner.horizon().await
+    }
+    async fn memory_use(&self) -> QueueResult<Option<MemoryUse>> {
+        self.inner.memory_use().await
     }
     async fn replace(&self, job: &Job) -> QueueResult<Job> {
         self.intercept.replace(&*self.inner, job).await

@@ -188,21 +188,23 @@ static READS: ReadStatements = ReadStatements {
          JOIN job ON job.id = page.page_id ORDER BY run_at, id"
     ),
     cursor_form: CursorForm::Expanded,
-    live_jobs: LIVE_JOBS_QUERY,
+    live_jobs_due: LIVE_JOBS_DUE_QUERY,
     counts: COUNTS_QUERY,
     insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) \
                       ON DUPLICATE KEY UPDATE meta_key = meta_key",
 };
 
-/// A page of live jobs after an id, in id order (a restore's read). The index is
-/// named so that each page is a seek to `(1, after)` in it: left to itself the
-/// optimizer may read the index by `is_live` alone and test `id > ?` on every
-/// entry before the page, which makes a restore's cost grow with the square of
-/// the live jobs.
-pub const LIVE_JOBS_QUERY: &str = concat!(
+/// A page of live jobs after a cursor and due by an instant, in `(run_at, id)`
+/// order (a restore's and the horizon loader's read). The index is named so
+/// that each page is a seek to the cursor in it: left to itself the optimizer
+/// may read the index by `is_live` alone and test the cursor on every entry
+/// before the page, which makes a restore's cost grow with the square of the
+/// live jobs.
+pub const LIVE_JOBS_DUE_QUERY: &str = concat!(
     "SELECT ",
     job_columns!(),
-    " FROM job FORCE INDEX (job_live_idx) WHERE is_live = 1 AND id > ? ORDER BY id LIMIT ?"
+    " FROM job FORCE INDEX (job_live_idx) WHERE is_live = 1 AND (run_at > ? OR (run_at = ? AND id > ?)) \
+     AND run_at <= ? ORDER BY run_at, id LIMIT ?"
 );
 
 /// The jobs per topic and state: live states counted from the index of live

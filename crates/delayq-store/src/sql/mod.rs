@@ -20,7 +20,7 @@ use self::reads::{JobsRead, Reads};
 use crate::identity::StoreId;
 use crate::options::StoreOptions;
 use crate::retention::RetentionTask;
-use crate::store::{JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
+use crate::store::{DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
 use crate::writer::{BatchDialect, GroupCommitWriter, InsertOutcomes};
 
 /// The parts of a store over SQL: its identity, its reads, the writer and the
@@ -137,11 +137,11 @@ impl<S: OverSql> JobStore for S {
         self.sql().reads.jobs(JobsRead::Page { topic, state, limit, cursor }).await
     }
 
-    async fn live_jobs(&self, after: Option<&JobId>, limit: usize) -> Result<Vec<Job>, StoreError> {
-        if limit == 0 {
+    async fn live_jobs_due(&self, after: &DueCursor, until: Timestamp, limit: usize) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 || after.run_at > until {
             return Ok(Vec::new());
         }
-        self.sql().reads.jobs(JobsRead::Live { after, limit }).await
+        self.sql().reads.jobs(JobsRead::LiveDue { after, until, limit }).await
     }
 
     async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {

@@ -6,14 +6,14 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Topic};
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use sqlx::query::Query;
 use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
 
 use super::binds::Bind;
 use super::rows::{epoch_ms, into_jobs, sql_count, state_count, JobRow, LogEntryRow, Text};
 use crate::identity::{StoreId, STORE_ID_KEY};
-use crate::store::{ListCursor, LogEntry, StateCount, StoreError};
+use crate::store::{DueCursor, ListCursor, LogEntry, StateCount, StoreError};
 
 /// The read statements of one dialect, each with the values it takes.
 pub(crate) struct ReadStatements {
@@ -30,8 +30,9 @@ pub(crate) struct ReadStatements {
     pub(crate) list_after_cursor: &'static str,
     /// How `list_after_cursor` compares the cursor with a row.
     pub(crate) cursor_form: CursorForm,
-    /// Live jobs after an id, by id: the id, the limit.
-    pub(crate) live_jobs: &'static str,
+    /// Live jobs after a cursor and due by an instant, by due time and id: the
+    /// cursor (as `cursor_form` compares it), the instant, the limit.
+    pub(crate) live_jobs_due: &'static str,
     /// The jobs per topic and state, as rows of topic, state and count.
     pub(crate) counts: &'static str,
     /// Records a store id unless the database holds one: the key, the id.
@@ -57,8 +58,8 @@ pub(crate) enum JobsRead<'a> {
     LiveByBizKey(&'a Topic, &'a str),
     /// Up to `limit` jobs of a topic in a state, by due time and id, after `cursor`.
     Page { topic: &'a Topic, state: JobState, limit: usize, cursor: Option<&'a ListCursor> },
-    /// Up to `limit` live jobs by id, after `after`.
-    Live { after: Option<&'a JobId>, limit: usize },
+    /// Up to `limit` live jobs due by `until`, by due time and id, after `after`.
+    LiveDue { after: &'a DueCursor, until: Timestamp, limit: usize },
 }
 
 /// A value bound to a read.
@@ -101,10 +102,19 @@ impl ReadStatements {
                 params.push(Param::Integer(sql_count(limit)));
                 (sql, params)
             }
-            JobsRead::Live { after, limit } => {
+            JobsRead::LiveDue { after, until, limit } => {
+                let run_at = Param::Integer(epoch_ms(after.run_at));
+                let mut params = vec![run_at];
+                if let CursorForm::Expanded = self.cursor_form {
+                    params.push(run_at);
+                }
                 // Every valid id sorts after the empty string.
-                let after = after.map_or("", JobId::as_str);
-                (self.live_jobs, vec![Param::Text(after), Param::Integer(sql_count(limit))])
+                params.extend([
+                    Param::Text(after.id.as_str()),
+                    Param::Integer(epoch_ms(until)),
+                    Param::Integer(sql_count(limit)),
+                ]);
+                (self.live_jobs_due, params)
             }
         }
     }

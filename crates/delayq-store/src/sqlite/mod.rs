@@ -284,12 +284,12 @@ static READS: ReadStatements = ReadStatements {
          ORDER BY run_at, id LIMIT ?) ORDER BY run_at, id"
     ),
     cursor_form: CursorForm::RowValue,
-    live_jobs: concat!(
+    live_jobs_due: concat!(
         "SELECT ",
         job_columns!(),
-        " FROM job WHERE status IN ",
+        " FROM job INDEXED BY job_live_idx WHERE status IN ",
         live_states!(),
-        " AND id > ? ORDER BY id LIMIT ?"
+        " AND (run_at, id) > (?, ?) AND run_at <= ? ORDER BY run_at, id LIMIT ?"
     ),
     counts: COUNTS_QUERY,
     insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON CONFLICT (meta_key) DO NOTHING",

@@ -20,7 +20,7 @@ use super::{
     change, get_ok, history_states, insert_new_jobs, insert_ok, job_id, list_all, record_moves, sample_job,
     unique_name, unique_topic, ALL_HISTORY,
 };
-use crate::store::JobStore;
+use crate::store::{DueCursor, JobStore};
 
 /// Every field of a job survives an insert and a get; the insert is the first history line.
 pub async fn check_insert_get_round_trip(store: Arc<dyn JobStore>) {
@@ -96,45 +96,58 @@ pub async fn check_list_orders_and_pages(store: Arc<dyn JobStore>) {
     assert_eq!(first, expected[..2].iter().map(|job| (*job).clone()).collect::<Vec<_>>(), "rows are whole jobs");
 }
 
-/// `live_jobs` pages through live jobs by id and leaves ended ones out.
-pub async fn check_live_jobs_pages_by_id(store: Arc<dyn JobStore>) {
+/// `live_jobs_due` pages through live jobs by due time and id, up to an
+/// instant, and leaves ended ones out.
+pub async fn check_live_jobs_page_by_due_time(store: Arc<dyn JobStore>) {
     let topic = unique_topic("live");
     let prefix = unique_name("live");
-    // Inserted in reverse so that id order is not insertion order.
-    let jobs: Vec<Job> = (0..10).rev().map(|index| sample_job(&format!("{prefix}-{index:02}"), &topic)).collect();
+    // A window of due times no other check uses: other checks and processes share the table.
+    let nanos = u64::from(std::time::UNIX_EPOCH.elapsed().unwrap_or_default().subsec_nanos());
+    let base = Timestamp::from_millis(4_000_000_000_000 + nanos * 10_000);
+    let due = |step: u64| Timestamp::from_millis(base.as_millis() + step * 1_000);
+    // Five due times, two jobs each; inserted in reverse so that neither id
+    // order nor insertion order is due order.
+    let jobs: Vec<Job> = (0..10u64)
+        .rev()
+        .map(|index| {
+            let mut job = sample_job(&format!("{prefix}-{index:02}"), &topic);
+            job.run_at = due(4 - index / 2);
+            job
+        })
+        .collect();
     let outcomes = store.insert(jobs.clone()).await.expect("insert");
     assert!(outcomes.iter().all(Result::is_ok));
-    let ended = &jobs[0]; // {prefix}-09
-    store.record(vec![change(ended, JobState::Finished, Timestamp::now())]).await.expect("record");
-    store.record(vec![change(&jobs[1], JobState::Reserved, Timestamp::now())]).await.expect("record");
+    let id_of = |index: usize| job_id(&format!("{prefix}-{index:02}"));
+    let job_of = |index: usize| jobs.iter().find(|job| job.id == id_of(index)).expect("inserted");
+    store.record(vec![change(job_of(9), JobState::Finished, Timestamp::now())]).await.expect("record");
+    store.record(vec![change(job_of(6), JobState::Reserved, Timestamp::now())]).await.expect("record");
 
-    // Other checks and processes share the table: start just before our ids
-    // and stop at the first id that is not ours.
-    let own_prefix = format!("{prefix}-");
-    let mut after = job_id(&prefix);
-    let mut mine = Vec::new();
-    'pages: loop {
-        let page = store.live_jobs(Some(&after), 3).await.expect("live_jobs");
+    // Up to the fourth due time: jobs 0 and 1 are due after it.
+    let until = due(3);
+    let mut after = DueCursor { run_at: base, id: String::new() };
+    let mut read = Vec::new();
+    loop {
+        let page = store.live_jobs_due(&after, until, 3).await.expect("live_jobs_due");
         assert!(page.len() <= 3);
-        if page.is_empty() {
-            break;
-        }
-        for job in page {
-            assert!(job.id > after, "ids ascend strictly");
-            assert!(job.state.is_live(), "only live jobs are restored");
-            after = job.id.clone();
-            if !job.id.as_str().starts_with(&own_prefix) {
-                break 'pages;
-            }
-            mine.push(job);
-        }
+        let Some(last) = page.last() else { break };
+        after = DueCursor::after(last);
+        read.extend(page);
     }
-    let expected: Vec<_> = (0..9).map(|index| job_id(&format!("{prefix}-{index:02}"))).collect();
-    assert_eq!(mine.iter().map(|job| job.id.clone()).collect::<Vec<_>>(), expected);
-    let reserved = mine.iter().find(|job| job.id == jobs[1].id).map(|job| job.state);
-    assert_eq!(reserved, Some(JobState::Reserved), "restore sees the current state");
-    let from_start = store.live_jobs(None, 1).await.expect("live_jobs");
-    assert_eq!(from_start.len(), 1, "without a cursor the listing starts at the first id");
+    assert!(read.windows(2).all(|pair| (pair[0].run_at, &pair[0].id) < (pair[1].run_at, &pair[1].id)), "in order");
+    assert!(read.iter().all(|job| job.state.is_live()), "only live jobs");
+    // Job 9 ended.
+    let expected: Vec<_> = [8usize, 6, 7, 4, 5, 2, 3].iter().map(|&index| id_of(index)).collect();
+    assert_eq!(read.iter().map(|job| job.id.clone()).collect::<Vec<_>>(), expected, "due order, up to the end");
+    let reserved = read.iter().find(|job| job.id == id_of(6)).map(|job| job.state);
+    assert_eq!(reserved, Some(JobState::Reserved), "a restore sees the current state");
+
+    let later = store.live_jobs_due(&DueCursor::after_instant(due(1)), until, 10).await.expect("live_jobs_due");
+    let later: Vec<_> = later.into_iter().map(|job| job.id).collect();
+    assert_eq!(later, vec![id_of(4), id_of(5), id_of(2), id_of(3)], "after an instant: due later only");
+    let inverted = store.live_jobs_due(&DueCursor::after_instant(due(3)), due(2), 10).await.expect("empty window");
+    assert!(inverted.is_empty(), "a window that ends before it starts is empty");
+    let from_start = store.live_jobs_due(&DueCursor::start(), far_future(), 1).await;
+    assert_eq!(from_start.expect("live_jobs_due").len(), 1, "the first page starts at the first job");
 }
 
 /// `counts` reports jobs per topic and state.
@@ -174,10 +187,15 @@ pub async fn check_delete_all_live(store: Arc<dyn JobStore>) {
     }
     assert!(!deleted.contains(&jobs[3].id), "ended jobs are not deleted again");
     assert_eq!(get_ok(&*store, &jobs[3].id).await.state, JobState::Finished);
-    let live = store.live_jobs(None, 1_000).await.expect("live_jobs");
+    let live = store.live_jobs_due(&DueCursor::start(), far_future(), 1_000).await.expect("live_jobs_due");
     assert!(live.iter().all(|job| job.topic != topic), "none of ours is live");
     let again = store.delete_all_live(at).await.expect("delete_all_live");
     assert!(jobs.iter().all(|job| !again.contains(&job.id)), "deleted jobs are not deleted twice");
+}
+
+/// An instant after every due time a check uses.
+fn far_future() -> Timestamp {
+    Timestamp::from_millis(u64::MAX >> 2)
 }
 
 /// Runs every shared-safe check at once on one store: they must not disturb each other.
@@ -195,7 +213,7 @@ pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
         check_changes_of_a_job_within_one_write(Arc::clone(&store)),
         check_journal_is_ordered_with_durable_writes(Arc::clone(&store)),
         check_list_orders_and_pages(Arc::clone(&store)),
-        check_live_jobs_pages_by_id(Arc::clone(&store)),
+        check_live_jobs_page_by_due_time(Arc::clone(&store)),
         check_counts(Arc::clone(&store)),
         check_counts_follow_every_change(Arc::clone(&store)),
         check_purge_ended(Arc::clone(&store)),

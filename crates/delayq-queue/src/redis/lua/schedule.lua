@@ -20,7 +20,10 @@
 --   score    run_at when delayed; priority * 2^43 + run_at when ready; the ttr
 --            deadline when reserved
 --   expiry   run_at + ttl for a ready job with a ttl, else 0
--- Returns: { {1 added | 0 already held (or ended since the fence), ...}, wake due or nil, {readied topics},
+-- A push (fence 0) of a delayed job due after the shard's @horizon (horizon.lua) is
+-- not added unless the shard holds its id: the store keeps it until the loader brings it.
+-- Returns: { {1 added | 0 already held (or ended since the fence) | 2 beyond the horizon, ...},
+--            wake due or nil, {readied topics},
 --            {topic, code, ...} of the call's topics when k = 0, else of those
 --            whose pair did not hold; a topic left without a job is left out }
 -- (The first job's topic code and @next are read in one HMGET: a single push costs
@@ -31,11 +34,12 @@ if fence > 0 and not (restore_window() and server_ms() < fence + RESTORE_WINDOW)
 end
 local pair_count = tonumber(ARGV[6])
 local first_job = 7 + 2 * pair_count
--- One read for the first topic's code and the announced earliest instant.
+-- One read for the first topic's code, the announced earliest instant and the horizon.
 local first_topic = ARGV[first_job + 1]
-local known = redis.call('HMGET', M, '#n' .. first_topic, '@next')
+local known = redis.call('HMGET', M, '#n' .. first_topic, '@next', '@horizon')
 held_code(first_topic, known[1])
 announced_due = known[2] and tonumber(known[2]) or false
+local horizon = fence == 0 and known[3] and tonumber(known[3])
 local recoded = {}
 for p = 7, first_job - 1, 2 do
   if held_code(ARGV[p]) ~= tonumber(ARGV[p + 1]) then
@@ -57,29 +61,34 @@ local added = {}
 for i = first_job, #ARGV, 5 do
   local id, topic = ARGV[i], ARGV[i + 1]
   local rec = ARGV[i + 2]
-  if not coded then
-    rec = with_topic_code(rec, topic_code(topic))
-  elseif recoded[topic] then
-    rec = recode(rec, topic_code(topic))
-  end
-  local ended = fence > 0 and redis.call('ZSCORE', BASE .. 'e', id)
-  if ended and tonumber(ended) >= fence then
-    -- Ended since the restore read the store: what it read is stale.
-    added[#added + 1] = 0
-    note_topic(topic)
-  elseif redis.call('HSETNX', J, id, rec) == 0 then
-    added[#added + 1] = 0
-    -- The topic may have got its code in this call and hold no job: done() looks.
-    note_topic(topic)
+  if horizon and floor(byte(rec, 1) / 8) % 4 == DELAY and tonumber(ARGV[i + 3]) > horizon
+      and redis.call('HEXISTS', J, id) == 0 then
+    added[#added + 1] = 2
   else
-    local state = floor(byte(rec, 1) / 8) % 4
-    count(state, topic, 1)
-    if state == DELAY or state == RESERVED then
-      arm(id, tonumber(ARGV[i + 3]))
-    else
-      enqueue_ready(id, topic, ARGV[i + 3], tonumber(ARGV[i + 4]))
+    if not coded then
+      rec = with_topic_code(rec, topic_code(topic))
+    elseif recoded[topic] then
+      rec = recode(rec, topic_code(topic))
     end
-    added[#added + 1] = 1
+    local ended = fence > 0 and redis.call('ZSCORE', BASE .. 'e', id)
+    if ended and tonumber(ended) >= fence then
+      -- Ended since the restore read the store: what it read is stale.
+      added[#added + 1] = 0
+      note_topic(topic)
+    elseif redis.call('HSETNX', J, id, rec) == 0 then
+      added[#added + 1] = 0
+      -- The topic may have got its code in this call and hold no job: done() looks.
+      note_topic(topic)
+    else
+      local state = floor(byte(rec, 1) / 8) % 4
+      count(state, topic, 1)
+      if state == DELAY or state == RESERVED then
+        arm(id, tonumber(ARGV[i + 3]))
+      else
+        enqueue_ready(id, topic, ARGV[i + 3], tonumber(ARGV[i + 4]))
+      end
+      added[#added + 1] = 1
+    end
   end
 end
 local due, topics = done()
