@@ -240,11 +240,25 @@ impl BenchClient {
     /// # Errors
     /// Returns a request failure, or [`BenchError::Protocol`] when the topic is not found.
     pub(crate) async fn topic_counts(&self, topic: &str) -> BenchResult<TopicCounts> {
+        let (url, stats) = self.stats().await?;
+        find_topic_counts(&stats, topic).ok_or_else(|| protocol(&url, &format!("no counts for topic {topic}")))
+    }
+
+    /// Returns the horizon's loaded mark from `/stats` (`data.horizon.loadedUntil`,
+    /// epoch ms): every live job due by then is in the scheduler. `None` when the
+    /// server shows no horizon or has loaded nothing yet.
+    pub(crate) async fn horizon_loaded_until(&self) -> BenchResult<Option<u64>> {
+        let (_, stats) = self.stats().await?;
+        Ok(stats.pointer("/data/horizon/loadedUntil").and_then(Value::as_u64))
+    }
+
+    /// Returns `/stats`, parsed, with its URL.
+    async fn stats(&self) -> BenchResult<(String, Value)> {
         let url = self.url("/stats");
         let (status, body) = self.send(Method::GET, &url, None).await?;
         expect_ok(&url, status, &body)?;
         let stats: Value = parse_json(&url, &body)?;
-        find_topic_counts(&stats, topic).ok_or_else(|| protocol(&url, &format!("no counts for topic {topic}")))
+        Ok((url, stats))
     }
 }
 

@@ -47,7 +47,9 @@ pub(crate) struct MemoryArgs {
     #[arg(long, default_value_t = 5)]
     pub(crate) seed: u32,
     /// After the reading, empty Redis (`FLUSHALL`; needs `--redis-url`) and time how long
-    /// until `/stats` counts every job as delayed again: the leader's restore from the store.
+    /// until the leader's restore from the store is done: with a horizon, until `/stats`
+    /// shows a loaded mark again (every job due within the horizon is back in Redis);
+    /// without one, until it counts every job as delayed again.
     #[arg(long)]
     pub(crate) flush_redis: bool,
     /// How long to wait for that restore, in ms.
@@ -131,8 +133,8 @@ pub(crate) async fn run(args: &MemoryArgs, context: &RunContext, topic: &str) ->
     Ok(metrics)
 }
 
-/// Empties Redis and waits until `/stats` counts all `args.n` jobs of `topic` as delayed
-/// again; records `restore_after_flush_ms` and Redis's memory then. Returns whether the
+/// Empties Redis and waits until the restore is done (see [`MemoryArgs::flush_redis`]);
+/// records `restore_after_flush_ms` and Redis's memory then. Returns whether the
 /// restore finished within `--restore-timeout-ms`.
 async fn time_restore_after_flush(
     args: &MemoryArgs,
@@ -142,19 +144,25 @@ async fn time_restore_after_flush(
     metrics: &mut Metrics,
 ) -> BenchResult<bool> {
     let Some(redis) = &context.probes.redis else { return Ok(false) };
+    let horizon = client.horizon_loaded_until().await?.is_some();
     redis.flush_all().await?;
     let flushed_ms = now_ms();
     let give_up_ms = flushed_ms + args.restore_timeout_ms;
     loop {
-        // Until the restore writes the topic's first job, /stats does not name it.
-        let delayed = client.topic_counts(topic).await.map_or(0, |counts| counts.delay);
-        if delayed == args.n as u64 {
+        let restored = if horizon {
+            // The mark comes back only once a load from the start is done.
+            client.horizon_loaded_until().await.ok().flatten().is_some_and(|loaded| loaded >= flushed_ms)
+        } else {
+            // Until the restore writes the topic's first job, /stats does not name it.
+            client.topic_counts(topic).await.map_or(0, |counts| counts.delay) == args.n as u64
+        };
+        if restored {
             metrics.set("restore_after_flush_ms", now_ms().saturating_sub(flushed_ms) as f64);
             metrics.set_some("redis_used_memory_after_restore_bytes", context.probes.redis_used_memory().await);
             return Ok(true);
         }
         if now_ms() >= give_up_ms {
-            eprintln!("memory: {delayed} of {} jobs restored after {} ms", args.n, args.restore_timeout_ms);
+            eprintln!("memory: the restore was not done after {} ms", args.restore_timeout_ms);
             return Ok(false);
         }
         tokio::time::sleep(RESTORE_POLL).await;
