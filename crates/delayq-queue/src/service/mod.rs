@@ -79,6 +79,18 @@ pub struct QueueSettings {
     pub horizon: Option<Duration>,
 }
 
+/// A count of the store that took this long or longer is reused for a while.
+const SLOW_COUNT: Duration = Duration::from_millis(500);
+/// How many times the time a slow count took it is reused for.
+const SLOW_COUNT_REUSE: u32 = 10;
+
+/// The last count of the store, when it was taken, and how long it took.
+struct StoredCounts {
+    counts: Vec<StateCount>,
+    at: tokio::time::Instant,
+    took: Duration,
+}
+
 /// The default of [`QueueSettings::max_waiters`].
 pub const DEFAULT_MAX_WAITERS: usize = 4096;
 
@@ -184,6 +196,8 @@ pub struct DelayQueue {
     loading: Mutex<()>,
     /// The span the loader loads ahead now.
     horizon_status: HorizonStatus,
+    /// The last count of the store, reused while it is fresh enough.
+    stored_counts: Mutex<Option<StoredCounts>>,
 }
 
 impl DelayQueue {
@@ -207,6 +221,7 @@ impl DelayQueue {
             waiters,
             loading: Mutex::new(()),
             horizon_status,
+            stored_counts: Mutex::new(None),
         }
     }
 
@@ -461,10 +476,11 @@ impl DelayQueue {
 
     /// Returns the counts for `/stats`: live jobs from the scheduler, jobs per
     /// state from the store (whose cost does not grow with ended jobs, see
-    /// [`JobStore::counts`]).
+    /// [`JobStore::counts`], and which is reused for a while when it is slow,
+    /// see [`DelayQueue::store_counts`]).
     pub async fn stats(&self) -> QueueResult<QueueStats> {
         let mut live = self.scheduler.stats().await?;
-        let stored = self.store.counts().await?;
+        let stored = self.store_counts().await?;
         let horizon = match self.scheduler.horizon().await? {
             Some(marks) => {
                 let stats = self.horizon_stats(marks, &live, &stored);
@@ -474,6 +490,24 @@ impl DelayQueue {
             None => None,
         };
         Ok(QueueStats { live, stored, scheduler: self.scheduler.backend(), store: self.store.backend(), horizon })
+    }
+
+    /// Returns the store's counts. The live jobs are counted from an index,
+    /// a cost that grows with them: a count that took [`SLOW_COUNT`] or more is
+    /// reused for [`SLOW_COUNT_REUSE`] times as long, so that `/stats` and
+    /// `/metrics` keep the database at most about a tenth busy however often
+    /// they are called. Callers during a count wait for it and share it.
+    async fn store_counts(&self) -> QueueResult<Vec<StateCount>> {
+        let mut last = self.stored_counts.lock().await;
+        if let Some(last) = last.as_ref() {
+            if last.took >= SLOW_COUNT && last.at.elapsed() < last.took * SLOW_COUNT_REUSE {
+                return Ok(last.counts.clone());
+            }
+        }
+        let started = tokio::time::Instant::now();
+        let counts = self.store.counts().await?;
+        *last = Some(StoredCounts { counts: counts.clone(), at: tokio::time::Instant::now(), took: started.elapsed() });
+        Ok(counts)
     }
 
     fn horizon_stats(&self, marks: HorizonMarks, live: &[TopicStats], stored: &[StateCount]) -> HorizonStats {

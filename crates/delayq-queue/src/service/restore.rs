@@ -58,7 +58,7 @@ impl DelayQueue {
     async fn restore_from_store(&self, skip_overdue: bool) -> QueueResult<Restored> {
         let _loading = self.loading.lock().await;
         let window = self.open_horizon(Timestamp::now()).await?;
-        let outcome = self.restore_range(DueCursor::start(), window.until, skip_overdue).await?;
+        let outcome = self.restore_range(DueCursor::start(), window.until, skip_overdue, Section::Exclusive).await?;
         self.close_horizon(&window).await?;
         Ok(outcome)
     }
@@ -81,7 +81,16 @@ impl DelayQueue {
         let added = if self.store.live_jobs_due(&from, until, 1).await?.is_empty() {
             0
         } else {
-            self.restore_range(from, until, false).await?.added
+            // Only jobs due by now can be ended by the scheduler itself, which
+            // journals it later; a shared scheduler's fence keeps out every
+            // other end. So a window wholly in the future of a shared scheduler
+            // is loaded beside the timer and the operations, not between them.
+            let section = if self.scheduler.is_external() && from.run_at > Timestamp::now() {
+                Section::Fenced
+            } else {
+                Section::Exclusive
+            };
+            self.restore_range(from, until, false, section).await?.added
         };
         self.close_horizon(&window).await?;
         Ok(added)
@@ -114,14 +123,23 @@ impl DelayQueue {
     }
 
     /// Restores the live jobs of the store after `from` and due by `until`,
-    /// page by page.
-    async fn restore_range(&self, from: DueCursor, until: Timestamp, skip_overdue: bool) -> QueueResult<Restored> {
+    /// page by page, each in the `section` given.
+    async fn restore_range(
+        &self,
+        from: DueCursor,
+        until: Timestamp,
+        skip_overdue: bool,
+        section: Section,
+    ) -> QueueResult<Restored> {
         let now = Timestamp::now();
         let batch = self.settings.restore_batch.max(1);
         let mut after = from;
         let mut outcome = Restored::default();
         loop {
-            let _exclusive = self.exclusive_with_journal().await?;
+            let _exclusive = match section {
+                Section::Exclusive => Some(self.exclusive_with_journal().await?),
+                Section::Fenced => None,
+            };
             // Before the read: the write skips what other nodes end after it.
             let fence = self.scheduler.open_restore().await?;
             let page = self.store.live_jobs_due(&after, until, batch).await?;
@@ -206,6 +224,17 @@ impl DelayQueue {
         warn!(deleted = deleted.len(), cleared, "cleared every live job");
         Ok((deleted.len() as u64).max(cleared))
     }
+}
+
+/// How a page of a restore keeps out the operations that end jobs.
+#[derive(Clone, Copy)]
+enum Section {
+    /// While no operation of this process that ends or moves a job is under
+    /// way, after the journal is flushed ([`DelayQueue::exclusive_with_journal`]),
+    /// and behind the scheduler's fence.
+    Exclusive,
+    /// Behind the scheduler's fence alone.
+    Fenced,
 }
 
 /// The end of what a restore or a load reads, and whether it moves the

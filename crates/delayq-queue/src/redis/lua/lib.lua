@@ -58,9 +58,11 @@ local SHARD = ARGV[4]
 local DELAY, READY, RESERVED, DEAD, EXPIRED = 0, 1, 2, 5, 6
 local LETTERS = 'drx' -- count field prefix by state (delay, ready, reserved)
 local PRIORITY_WEIGHT = 8796093022208 -- 2^43 ms, about 278 years
--- How long a restore may take from opening its window (before it reads the store) to
--- writing what it read back (restoring.lua, schedule.lua), in ms of Redis time.
-local RESTORE_WINDOW = 60000
+-- How long a restore may take from opening its window (before it reads one page of the
+-- store) to writing that page back (restoring.lua, schedule.lua), in ms of Redis time:
+-- twice the store's statement deadline. Every job ended within the last window is kept
+-- in {p:s}:e, and the horizon's loader opens windows all the time, so it stays short.
+local RESTORE_WINDOW = 20000
 
 local floor, byte, char, sub = math.floor, string.byte, string.char, string.sub
 
