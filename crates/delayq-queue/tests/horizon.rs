@@ -31,7 +31,7 @@ const HORIZON: Duration = Duration::from_millis(1_500);
 /// Small pages, so a load takes several.
 const PAGE: usize = 20;
 /// How long a check waits for its jobs at most.
-const PATIENCE: Duration = Duration::from_secs(30);
+const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A scheduler and a store, and what keeps them alive.
 struct Deployment {
@@ -237,19 +237,37 @@ async fn push_spread(
     expected
 }
 
+/// Runs `check` on every deployment at once.
+async fn on_every_deployment<F, Fut>(check: F)
+where
+    F: Fn(Deployment) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    futures::future::join_all(deployments().await.into_iter().map(check)).await;
+}
+
+/// Where jobs are pushed so that they start beyond the horizon: the horizon
+/// rounded up to the end of its due-time bucket, and a bucket more.
+fn beyond_the_horizon() -> Duration {
+    HORIZON + Duration::from_millis(2 * delayq_store::DUE_BUCKET_MS)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_beyond_the_horizon_wait_in_the_store_and_arrive_on_time() {
-    for deployment in deployments().await {
+    on_every_deployment(|deployment| async move {
+        // The whole deployment, its temporary directory included, lives as long as the check.
+        let deployment = deployment;
         let name = &deployment.name;
         let queue = queue_over(Arc::clone(&deployment.scheduler), Arc::clone(&deployment.store));
         let topic = unique_topic("cold");
         open_horizon(&queue).await;
         let stem = delayq_testkit::unique_name("cold");
-        let expected = push_spread(&queue, &topic, &stem, 200, Duration::ZERO, Duration::from_secs(5)).await;
+        let spread = beyond_the_horizon() * 2;
+        let expected = push_spread(&queue, &topic, &stem, 200, Duration::ZERO, spread).await;
 
-        let beyond = Timestamp::now().plus(HORIZON * 2);
-        let cold: Vec<&JobId> = expected.iter().filter(|(_, _, due)| *due > beyond).map(|(id, _, _)| id).collect();
-        assert!(cold.len() > 50, "{name}: jobs due beyond the horizon");
+        let marks = queue.scheduler().horizon().await.expect("marks").expect("a horizon");
+        let cold: Vec<&JobId> = expected.iter().filter(|(_, _, due)| *due > marks.admit).map(|(id, _, _)| id).collect();
+        assert!(cold.len() > 20, "{name}: {} jobs due beyond the horizon", cold.len());
         for job_id in &cold {
             assert_eq!(queue.scheduler().get(job_id).await.expect("get"), None, "{name}: {job_id} stays in the store");
             let details = queue.get(job_id).await.expect("a cold job reads like any other");
@@ -258,26 +276,30 @@ async fn jobs_beyond_the_horizon_wait_in_the_store_and_arrive_on_time() {
         let stats = queue.stats().await.expect("stats");
         let horizon = stats.horizon.expect("the horizon shows in the stats");
         assert!(horizon.cold >= cold.len() as u64, "{name}: {} cold, {} expected", horizon.cold, cold.len());
-        let delayed: u64 = stats.live.iter().filter(|live| live.topic == topic).map(|live| live.delay).sum();
-        assert_eq!(delayed + stats.live.iter().filter(|l| l.topic == topic).map(|l| l.ready).sum::<u64>(), 200);
+        let ours = stats.live.iter().filter(|live| live.topic == topic);
+        assert_eq!(ours.map(|live| live.delay + live.ready).sum::<u64>(), 200, "{name}: cold jobs count as delayed");
 
         let running = Running::start(&queue, &queue, &topic, false);
         let ids: Vec<JobId> = expected.iter().map(|(id, _, _)| id.clone()).collect();
         let received = running.stop_when_received(&ids).await;
         assert_each_once(name, &received, &expected);
         queue.close().await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletes_and_replaces_hold_while_jobs_cross_the_horizon() {
-    for deployment in deployments().await {
+    on_every_deployment(|deployment| async move {
+        // The whole deployment, its temporary directory included, lives as long as the check.
+        let deployment = deployment;
         let name = &deployment.name;
         let queue = queue_over(Arc::clone(&deployment.scheduler), Arc::clone(&deployment.store));
         let topic = unique_topic("cross");
         open_horizon(&queue).await;
         let stem = delayq_testkit::unique_name("cross");
-        let pushed = push_spread(&queue, &topic, &stem, 90, Duration::from_millis(1_600), Duration::from_secs(2)).await;
+        let beyond = beyond_the_horizon();
+        let pushed = push_spread(&queue, &topic, &stem, 90, beyond, Duration::from_secs(4)).await;
         let running = Running::start(&queue, &queue, &topic, false);
         let mut expected = Vec::new();
         let mut deleted = Vec::new();
@@ -289,7 +311,7 @@ async fn deletes_and_replaces_hold_while_jobs_cross_the_horizon() {
                 }
                 1 => {
                     // Nearer (from the store into the scheduler) or further (out past the horizon).
-                    let delay = if index % 2 == 0 { Duration::from_millis(300) } else { Duration::from_secs(5) };
+                    let delay = if index % 2 == 0 { Duration::from_millis(300) } else { beyond * 2 };
                     let mut again = push(&topic, &job_id, "replaced", delay);
                     again.replace = true;
                     let replaced =
@@ -298,7 +320,8 @@ async fn deletes_and_replaces_hold_while_jobs_cross_the_horizon() {
                 }
                 _ => expected.push((job_id, body, due)),
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // Spread over the time the loader crosses the first of them.
+            tokio::time::sleep(Duration::from_millis(60)).await;
         }
         let ids: Vec<JobId> = expected.iter().map(|(id, _, _)| id.clone()).collect();
         let received = running.stop_when_received(&ids).await;
@@ -307,7 +330,8 @@ async fn deletes_and_replaces_hold_while_jobs_cross_the_horizon() {
             assert!(!received.contains_key(&job_id), "{name}: deleted job {job_id} arrived");
         }
         queue.close().await;
-    }
+    })
+    .await;
 }
 
 /// Fails every restore write after the first `allowed`.
@@ -333,7 +357,9 @@ impl Intercept for FailingLoads {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_leader_continues_a_load_cut_short() {
-    for deployment in deployments().await {
+    on_every_deployment(|deployment| async move {
+        // The whole deployment, its temporary directory included, lives as long as the check.
+        let deployment = deployment;
         let name = &deployment.name;
         let failing = Intercepted::new(
             Arc::clone(&deployment.scheduler),
@@ -344,11 +370,12 @@ async fn a_new_leader_continues_a_load_cut_short() {
         let topic = unique_topic("leader");
         open_horizon(&old_leader).await;
         let stem = delayq_testkit::unique_name("leader");
-        let expected = push_spread(&old_leader, &topic, &stem, 150, HORIZON * 2, Duration::from_secs(2)).await;
+        let beyond = beyond_the_horizon();
+        let expected = push_spread(&old_leader, &topic, &stem, 150, beyond, Duration::from_secs(2)).await;
         let before = old_leader.scheduler().horizon().await.expect("marks").expect("a horizon");
 
-        // The old leader's load stops after two pages of the window.
-        let until = Timestamp::now().plus(Duration::from_secs(6));
+        // The old leader's load of every one of them stops after two pages.
+        let until = Timestamp::now().plus(beyond * 2);
         assert!(old_leader.load_horizon(until).await.is_err(), "{name}: the load was cut short");
         let after = new_leader.scheduler().horizon().await.expect("marks").expect("a horizon");
         assert!(after.admit >= until, "{name}: admission moved before the load");
@@ -359,7 +386,8 @@ async fn a_new_leader_continues_a_load_cut_short() {
         let received = running.stop_when_received(&ids).await;
         assert_each_once(name, &received, &expected);
         new_leader.close().await;
-    }
+    })
+    .await;
 }
 
 /// Empties the scheduler's keys (a Redis restart without persistence, for
@@ -400,60 +428,60 @@ impl Intercept for EmptiedMidLoad {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduler_emptied_in_the_middle_of_a_load_is_filled_again() {
-    for deployment in deployments().await {
-        let Some((url, prefix)) = deployment.redis.clone() else { continue };
+    on_every_deployment(|deployment| async move {
+        // The whole deployment, its temporary directory included, lives as long as the check.
+        let deployment = deployment;
+        let Some((url, prefix)) = deployment.redis.clone() else { return };
         let name = &deployment.name;
         deployment.scheduler.check_intact().await.expect("first check marks the shards");
         let emptying = EmptiedMidLoad { url, prefix, at_call: 1, calls: AtomicUsize::new(0) };
-        let queue = queue_over(
-            Arc::new(Intercepted::new(Arc::clone(&deployment.scheduler), emptying)),
-            Arc::clone(&deployment.store),
-        );
+        let scheduler = Arc::new(Intercepted::new(Arc::clone(&deployment.scheduler), emptying));
+        let queue = queue_over(Arc::clone(&scheduler) as Arc<dyn Scheduler>, Arc::clone(&deployment.store));
         let topic = unique_topic("emptied");
         open_horizon(&queue).await;
         let stem = delayq_testkit::unique_name("emptied");
-        let expected = push_spread(&queue, &topic, &stem, 150, Duration::ZERO, Duration::from_secs(4)).await;
+        let expected = push_spread(&queue, &topic, &stem, 150, beyond_the_horizon(), Duration::from_secs(2)).await;
         let running = Running::start(&queue, &queue, &topic, true);
         let ids: Vec<JobId> = expected.iter().map(|(id, _, _)| id.clone()).collect();
         let received = running.stop_when_received(&ids).await;
+        assert!(scheduler.calls.load(Ordering::SeqCst) > 1, "{name}: Redis was emptied in the middle of a load");
         assert_each_once(name, &received, &expected);
         queue.close().await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_brings_back_the_window_only() {
-    for deployment in deployments().await {
+    on_every_deployment(|deployment| async move {
+        // The whole deployment, its temporary directory included, lives as long as the check.
+        let deployment = deployment;
         let name = &deployment.name;
         let queue = queue_over(Arc::clone(&deployment.scheduler), Arc::clone(&deployment.store));
         let topic = unique_topic("window");
         open_horizon(&queue).await;
         let stem = delayq_testkit::unique_name("window");
         push_spread(&queue, &topic, &stem, 40, Duration::ZERO, Duration::from_millis(500)).await;
-        push_spread(&queue, &topic, &format!("{stem}-far"), 100, Duration::from_secs(3600), Duration::from_secs(60))
-            .await;
+        let far = format!("{stem}-far");
+        push_spread(&queue, &topic, &far, 100, Duration::from_secs(3600), Duration::from_secs(60)).await;
 
         // A scheduler that starts empty: a restarted embedded server, a new Redis.
         let empty: Arc<dyn Scheduler> = match &deployment.redis {
             Some((url, _)) => Arc::new(common::connect(url, &common::unique_prefix()).await),
             None if deployment.name.starts_with("memory") => Arc::new(MemoryScheduler::new()),
-            None => continue,
+            None => return,
         };
         let restarted = queue_over(Arc::clone(&empty), Arc::clone(&deployment.store));
         restarted.restore(false).await.expect("restore");
-        let held: u64 = empty
-            .stats()
-            .await
-            .expect("stats")
-            .iter()
-            .filter(|live| live.topic == topic)
-            .map(|live| live.delay + live.ready + live.reserved)
-            .sum();
+        let live = empty.stats().await.expect("stats");
+        let held: u64 =
+            live.iter().filter(|live| live.topic == topic).map(|live| live.delay + live.ready + live.reserved).sum();
         assert_eq!(held, 40, "{name}: the window is restored, the far jobs stay in the store");
         let marks = empty.horizon().await.expect("marks").expect("a horizon after the restore");
         assert!(marks.loaded.is_some(), "{name}: the restore set the loaded mark");
         let horizon = restarted.stats().await.expect("stats").horizon.expect("horizon stats");
         assert!(horizon.cold >= 100, "{name}: {} cold", horizon.cold);
         restarted.close().await;
-    }
+    })
+    .await;
 }

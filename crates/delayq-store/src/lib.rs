@@ -57,4 +57,7 @@ pub use identity::StoreId;
 pub use mysql::MysqlStore;
 pub use options::{SqliteSync, StoreOptions};
 pub use sqlite::SqliteStore;
-pub use store::{BoxError, DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
+pub use store::{
+    bucket_end, due_bucket, BoxError, DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError,
+    DUE_BUCKET_MS,
+};

@@ -108,13 +108,29 @@ pub struct ListCursor {
     pub id: JobId,
 }
 
-/// Where a walk over live jobs by due time continues: after the job due at
-/// `run_at` with id `id`, in `(run_at, id)` order. An empty `id` takes in every
-/// job due at `run_at`.
+/// The width of the due-time buckets the store indexes live jobs by, in ms
+/// (2^13, about 8 s). Jobs due within one bucket are indexed in id order, so
+/// pushes append to each bucket's end instead of landing on a random page of
+/// the index; a restore and the horizon's loader read whole buckets.
+pub const DUE_BUCKET_MS: u64 = 8192;
+
+/// Returns the due-time bucket of an instant.
+pub fn due_bucket(at: Timestamp) -> u64 {
+    at.as_millis() / DUE_BUCKET_MS
+}
+
+/// Returns the last instant of a due-time bucket.
+pub fn bucket_end(bucket: u64) -> Timestamp {
+    Timestamp::from_millis(bucket.saturating_add(1).saturating_mul(DUE_BUCKET_MS).saturating_sub(1))
+}
+
+/// Where a walk over live jobs by due-time bucket continues: after the job
+/// with id `id` in bucket `bucket`, in `(bucket, id)` order. An empty `id`
+/// takes in the whole bucket.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DueCursor {
-    /// The due time of the last job read.
-    pub run_at: Timestamp,
+    /// The due-time bucket of the last job read ([`due_bucket`]).
+    pub bucket: u64,
     /// The id of the last job read, or empty.
     pub id: String,
 }
@@ -125,14 +141,14 @@ impl DueCursor {
         DueCursor::default()
     }
 
-    /// Starts after every job due at or before `at`.
-    pub fn after_instant(at: Timestamp) -> DueCursor {
-        DueCursor { run_at: Timestamp::from_millis(at.as_millis().saturating_add(1)), id: String::new() }
+    /// Starts at the first job of `bucket`.
+    pub fn at_bucket(bucket: u64) -> DueCursor {
+        DueCursor { bucket, id: String::new() }
     }
 
     /// Continues after `job`.
     pub fn after(job: &Job) -> DueCursor {
-        DueCursor { run_at: job.run_at, id: job.id.as_str().to_owned() }
+        DueCursor { bucket: due_bucket(job.run_at), id: job.id.as_str().to_owned() }
     }
 }
 
@@ -227,12 +243,13 @@ pub trait JobStore: Send + Sync + 'static {
         cursor: Option<&ListCursor>,
     ) -> Result<Vec<Job>, StoreError>;
 
-    /// Returns up to `limit` live jobs after `after` and due at or before
-    /// `until`, in `(run_at, id)` order: a restore's and the horizon loader's read.
+    /// Returns up to `limit` live jobs after `after` whose due-time bucket is
+    /// at most `through` ([`due_bucket`]), in `(bucket, id)` order: a restore's
+    /// and the horizon loader's read.
     ///
-    /// Each page is a seek in an index of live jobs by due time, so its cost
-    /// does not grow with the jobs before `after` or after `until`.
-    async fn live_jobs_due(&self, after: &DueCursor, until: Timestamp, limit: usize) -> Result<Vec<Job>, StoreError>;
+    /// Each page is a seek in an index of live jobs by due-time bucket, so its
+    /// cost does not grow with the jobs before `after` or after `through`.
+    async fn live_jobs_due(&self, after: &DueCursor, through: u64, limit: usize) -> Result<Vec<Job>, StoreError>;
 
     /// Marks every live job deleted at `at` (journaled); returns their ids.
     async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError>;

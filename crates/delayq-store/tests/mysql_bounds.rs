@@ -134,7 +134,7 @@ async fn a_page_of_live_jobs_by_due_time_reads_about_one_page_wherever_it_starts
     sqlx::query(&format!(
         "INSERT INTO job (id, topic, delay, create_time, body, status, update_time, run_at, ttr, priority, \
          attempt, max_retries, retry_backoff) \
-         SELECT CONCAT('live-', LPAD(seq, 6, '0')), ?, 0, 0, REPEAT('b', 100), 'delay', seq, seq DIV 2, 30000, 1, 1, \
+         SELECT CONCAT('live-', LPAD(seq, 6, '0')), ?, 0, 0, REPEAT('b', 100), 'delay', seq, seq * 4096, 30000, 1, 1, \
          3, '[]' \
          FROM seq_1_to_{LIVE}"
     ))
@@ -143,13 +143,13 @@ async fn a_page_of_live_jobs_by_due_time_reads_about_one_page_wherever_it_starts
     .await
     .expect("bulk insert of live rows");
     sqlx::query("ANALYZE TABLE job").execute(&mut connection).await.expect("statistics");
-    // Two jobs per due time: a cursor is a due time and an id.
+    // Two jobs per due-time bucket of 8192 ms: a cursor is a bucket and an id.
     let cursors = [(0, ""), (15_000, "live-030000"), (30_000, "live-060000"), (45_000, "live-090000"), (49_750, "")];
-    for (run_at, after) in cursors {
+    for (bucket, after) in cursors {
         sqlx::query("FLUSH STATUS").execute(&mut connection).await.expect("flush status");
         let page = sqlx::query(LIVE_JOBS_DUE_QUERY)
-            .bind(run_at)
-            .bind(run_at)
+            .bind(bucket)
+            .bind(bucket)
             .bind(after)
             .bind(i64::MAX)
             .bind(PAGE)
@@ -157,13 +157,14 @@ async fn a_page_of_live_jobs_by_due_time_reads_about_one_page_wherever_it_starts
             .await
             .expect("a page of live jobs");
         let read = rows_read(&mut connection).await;
-        assert!(!page.is_empty(), "live jobs after {run_at}, {after:?}");
+        assert!(!page.is_empty(), "live jobs after {bucket}, {after:?}");
         let first_due: i64 = page[0].try_get("run_at").expect("a due time");
         // A binary collation: the id comes back as bytes.
         let first: Vec<u8> = page[0].try_get("id").expect("an id");
         let first = String::from_utf8_lossy(&first);
-        assert!((first_due, first.as_ref()) > (run_at, after), "the page starts after {run_at}, {after:?}: {first}");
-        assert!(read < READ_BOUND, "the page after {run_at}, {after:?} read {read} rows");
+        let first_bucket = first_due / 8192;
+        assert!((first_bucket, first.as_ref()) > (bucket, after), "the page starts after {bucket}, {after:?}: {first}");
+        assert!(read < READ_BOUND, "the page after {bucket}, {after:?} read {read} rows");
     }
     // A window that ends early reads no further than its end.
     sqlx::query("FLUSH STATUS").execute(&mut connection).await.expect("flush status");

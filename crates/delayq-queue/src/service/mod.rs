@@ -33,7 +33,7 @@ use std::time::Duration;
 use delayq_common::{
     InvalidField, Job, JobDefaults, JobId, JobState, Limits, PushRequest, RetryPolicy, Snowflake, Timestamp, Topic,
 };
-use delayq_store::{DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount};
+use delayq_store::{bucket_end, due_bucket, DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount};
 use futures::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::{mpsc, Mutex, RwLock, RwLockWriteGuard, Semaphore};
 use tracing::{info, instrument, warn};

@@ -58,39 +58,44 @@ impl DelayQueue {
     async fn restore_from_store(&self, skip_overdue: bool) -> QueueResult<Restored> {
         let _loading = self.loading.lock().await;
         let window = self.open_horizon(Timestamp::now()).await?;
-        let outcome = self.restore_range(DueCursor::start(), window.until, skip_overdue, Section::Exclusive).await?;
+        let outcome =
+            self.restore_range(DueCursor::start(), due_bucket(window.until), skip_overdue, Section::Exclusive).await?;
         self.close_horizon(&window).await?;
         Ok(outcome)
     }
 
-    /// Moves the horizon up to `until` (see [`crate::horizon`]): raises the
-    /// scheduler's admission mark, so that pushes due by then are scheduled at
-    /// once, then restores the live jobs of the store due after the loaded mark
-    /// and by `until`, and raises the loaded mark. Returns how many jobs the
-    /// scheduler did not hold and now does.
+    /// Moves the horizon up to `until`, rounded up to the end of its due-time
+    /// bucket ([`due_bucket`]; see [`crate::horizon`]): raises the scheduler's
+    /// admission mark, so that pushes due by then are scheduled at once, then
+    /// restores the live jobs of the store due after the loaded mark and by
+    /// then, and raises the loaded mark. Returns how many jobs the scheduler
+    /// did not hold and now does.
     pub async fn load_horizon(&self, until: Timestamp) -> QueueResult<u64> {
         let _loading = self.loading.lock().await;
+        let through = due_bucket(until);
+        let until = bucket_end(through);
         let loaded = self.scheduler.admit_until(until).await?;
         let window = HorizonWindow { until, marked: true };
         let from = match loaded {
             Some(loaded) if loaded >= until => return Ok(0),
-            Some(loaded) => DueCursor::after_instant(loaded),
+            // The bucket after a whole one loaded; a bucket loaded in part is read again.
+            Some(loaded) => DueCursor::at_bucket(due_bucket(loaded.plus(Duration::from_millis(1)))),
             None => DueCursor::start(),
         };
         // The common case, nothing to load, needs no exclusive section.
-        let added = if self.store.live_jobs_due(&from, until, 1).await?.is_empty() {
+        let added = if self.store.live_jobs_due(&from, through, 1).await?.is_empty() {
             0
         } else {
             // Only jobs due by now can be ended by the scheduler itself, which
             // journals it later; a shared scheduler's fence keeps out every
             // other end. So a window wholly in the future of a shared scheduler
             // is loaded beside the timer and the operations, not between them.
-            let section = if self.scheduler.is_external() && from.run_at > Timestamp::now() {
+            let section = if self.scheduler.is_external() && from.bucket > due_bucket(Timestamp::now()) {
                 Section::Fenced
             } else {
                 Section::Exclusive
             };
-            self.restore_range(from, until, false, section).await?.added
+            self.restore_range(from, through, false, section).await?.added
         };
         self.close_horizon(&window).await?;
         Ok(added)
@@ -101,7 +106,7 @@ impl DelayQueue {
     async fn open_horizon(&self, now: Timestamp) -> QueueResult<HorizonWindow> {
         match self.horizon_span() {
             Some(span) => {
-                let until = now.plus(span);
+                let until = bucket_end(due_bucket(now.plus(span)));
                 self.scheduler.admit_until(until).await?;
                 Ok(HorizonWindow { until, marked: true })
             }
@@ -122,12 +127,12 @@ impl DelayQueue {
         Ok(())
     }
 
-    /// Restores the live jobs of the store after `from` and due by `until`,
-    /// page by page, each in the `section` given.
+    /// Restores the live jobs of the store after `from` and up to the
+    /// due-time bucket `through`, page by page, each in the `section` given.
     async fn restore_range(
         &self,
         from: DueCursor,
-        until: Timestamp,
+        through: u64,
         skip_overdue: bool,
         section: Section,
     ) -> QueueResult<Restored> {
@@ -142,7 +147,7 @@ impl DelayQueue {
             };
             // Before the read: the write skips what other nodes end after it.
             let fence = self.scheduler.open_restore().await?;
-            let page = self.store.live_jobs_due(&after, until, batch).await?;
+            let page = self.store.live_jobs_due(&after, through, batch).await?;
             let Some(last) = page.last() else { break };
             let next_after = DueCursor::after(last);
             let candidates: Vec<Job> = page.into_iter().filter(|job| !(skip_overdue && job.run_at < now)).collect();
@@ -150,7 +155,7 @@ impl DelayQueue {
             let added_flags = self.scheduler.restore_batch(&candidates, &fence).await?;
             let added: Vec<&Job> =
                 candidates.iter().zip(added_flags).filter_map(|(job, added)| added.then_some(job)).collect();
-            let ended = self.forget_ended(&after, until, batch, &added).await?;
+            let ended = self.forget_ended(&after, through, batch, &added).await?;
             let kept = (added.len() - ended) as u64;
             if kept > 0 {
                 queue_metrics::record_restored(kept);
@@ -162,21 +167,15 @@ impl DelayQueue {
     }
 
     /// Takes out of the scheduler the `added` jobs (restored from the page of
-    /// live jobs after `after`, due by `until`) that the store no longer calls
+    /// live jobs after `after`, up to bucket `through`) that the store no longer calls
     /// live: ended in the store between the page read and the scheduler write
     /// without the scheduler being told (those it was told of, the restore
     /// fence kept out). Returns how many.
-    async fn forget_ended(
-        &self,
-        after: &DueCursor,
-        until: Timestamp,
-        batch: usize,
-        added: &[&Job],
-    ) -> QueueResult<usize> {
+    async fn forget_ended(&self, after: &DueCursor, through: u64, batch: usize, added: &[&Job]) -> QueueResult<usize> {
         if added.is_empty() {
             return Ok(0);
         }
-        let again = self.store.live_jobs_due(after, until, batch).await?;
+        let again = self.store.live_jobs_due(after, through, batch).await?;
         let whole_range = again.len() < batch;
         let still_live: std::collections::HashSet<&JobId> = again.iter().map(|job| &job.id).collect();
         let mut ended = 0;

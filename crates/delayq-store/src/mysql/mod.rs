@@ -194,17 +194,17 @@ static READS: ReadStatements = ReadStatements {
                       ON DUPLICATE KEY UPDATE meta_key = meta_key",
 };
 
-/// A page of live jobs after a cursor and due by an instant, in `(run_at, id)`
-/// order (a restore's and the horizon loader's read). The index is named so
-/// that each page is a seek to the cursor in it: left to itself the optimizer
-/// may read the index by `is_live` alone and test the cursor on every entry
-/// before the page, which makes a restore's cost grow with the square of the
-/// live jobs.
+/// A page of live jobs after a cursor and up to a due-time bucket, in
+/// `(bucket, id)` order (a restore's and the horizon loader's read). The index
+/// is named so that each page is a seek to the cursor in it: left to itself
+/// the optimizer may read the index by `is_live` alone and test the cursor on
+/// every entry before the page, which makes a restore's cost grow with the
+/// square of the live jobs.
 pub const LIVE_JOBS_DUE_QUERY: &str = concat!(
     "SELECT ",
     job_columns!(),
-    " FROM job FORCE INDEX (job_live_idx) WHERE is_live = 1 AND (run_at > ? OR (run_at = ? AND id > ?)) \
-     AND run_at <= ? ORDER BY run_at, id LIMIT ?"
+    " FROM job FORCE INDEX (job_live_idx) WHERE is_live = 1 \
+     AND (due_bucket > ? OR (due_bucket = ? AND id > ?)) AND due_bucket <= ? ORDER BY due_bucket, id LIMIT ?"
 );
 
 /// The jobs per topic and state: live states counted from the index of live

@@ -137,11 +137,11 @@ impl<S: OverSql> JobStore for S {
         self.sql().reads.jobs(JobsRead::Page { topic, state, limit, cursor }).await
     }
 
-    async fn live_jobs_due(&self, after: &DueCursor, until: Timestamp, limit: usize) -> Result<Vec<Job>, StoreError> {
-        if limit == 0 || after.run_at > until {
+    async fn live_jobs_due(&self, after: &DueCursor, through: u64, limit: usize) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 || after.bucket > through {
             return Ok(Vec::new());
         }
-        self.sql().reads.jobs(JobsRead::LiveDue { after, until, limit }).await
+        self.sql().reads.jobs(JobsRead::LiveDue { after, through, limit }).await
     }
 
     async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {

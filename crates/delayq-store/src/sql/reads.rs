@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use delayq_common::{Job, JobId, JobState, Topic};
 use sqlx::query::Query;
 use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
 
@@ -30,8 +30,8 @@ pub(crate) struct ReadStatements {
     pub(crate) list_after_cursor: &'static str,
     /// How `list_after_cursor` compares the cursor with a row.
     pub(crate) cursor_form: CursorForm,
-    /// Live jobs after a cursor and due by an instant, by due time and id: the
-    /// cursor (as `cursor_form` compares it), the instant, the limit.
+    /// Live jobs after a cursor and up to a due-time bucket, by bucket and id:
+    /// the cursor (as `cursor_form` compares it), the last bucket, the limit.
     pub(crate) live_jobs_due: &'static str,
     /// The jobs per topic and state, as rows of topic, state and count.
     pub(crate) counts: &'static str,
@@ -58,8 +58,8 @@ pub(crate) enum JobsRead<'a> {
     LiveByBizKey(&'a Topic, &'a str),
     /// Up to `limit` jobs of a topic in a state, by due time and id, after `cursor`.
     Page { topic: &'a Topic, state: JobState, limit: usize, cursor: Option<&'a ListCursor> },
-    /// Up to `limit` live jobs due by `until`, by due time and id, after `after`.
-    LiveDue { after: &'a DueCursor, until: Timestamp, limit: usize },
+    /// Up to `limit` live jobs up to bucket `through`, by bucket and id, after `after`.
+    LiveDue { after: &'a DueCursor, through: u64, limit: usize },
 }
 
 /// A value bound to a read.
@@ -102,22 +102,25 @@ impl ReadStatements {
                 params.push(Param::Integer(sql_count(limit)));
                 (sql, params)
             }
-            JobsRead::LiveDue { after, until, limit } => {
-                let run_at = Param::Integer(epoch_ms(after.run_at));
-                let mut params = vec![run_at];
-                if let CursorForm::Expanded = self.cursor_form {
-                    params.push(run_at);
-                }
+            JobsRead::LiveDue { after, through, limit } => {
+                let bucket = Param::Integer(sql_bucket(after.bucket));
                 // Every valid id sorts after the empty string.
-                params.extend([
+                let params = vec![
+                    bucket,
+                    bucket,
                     Param::Text(after.id.as_str()),
-                    Param::Integer(epoch_ms(until)),
+                    Param::Integer(sql_bucket(through)),
                     Param::Integer(sql_count(limit)),
-                ]);
+                ];
                 (self.live_jobs_due, params)
             }
         }
     }
+}
+
+/// A due-time bucket as an SQL integer (buckets of real instants are far below the bound).
+fn sql_bucket(bucket: u64) -> i64 {
+    i64::try_from(bucket).unwrap_or(i64::MAX)
 }
 
 /// How long a statement may take before it is given up (a hung or

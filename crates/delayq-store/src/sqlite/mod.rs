@@ -289,7 +289,8 @@ static READS: ReadStatements = ReadStatements {
         job_columns!(),
         " FROM job INDEXED BY job_live_idx WHERE status IN ",
         live_states!(),
-        " AND (run_at, id) > (?, ?) AND run_at <= ? ORDER BY run_at, id LIMIT ?"
+        " AND (run_at / 8192 > ? OR (run_at / 8192 = ? AND id > ?)) AND run_at / 8192 <= ? \
+         ORDER BY run_at / 8192, id LIMIT ?"
     ),
     counts: COUNTS_QUERY,
     insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON CONFLICT (meta_key) DO NOTHING",
