@@ -111,8 +111,11 @@ fn push(topic: &Topic, id: &JobId, body: &str, delay: Duration) -> PushRequest {
     PushRequest { ttr: Some(Duration::from_secs(2)), ..common::push_request(topic, Some(id), body.to_owned(), delay) }
 }
 
-/// What a consumer received: per id, each delivery's body, due time and arrival.
-type Received = Arc<Mutex<HashMap<JobId, Vec<(String, Timestamp, Timestamp)>>>>;
+/// Per job, each delivery's body, due time and arrival.
+type Deliveries = HashMap<JobId, Vec<(String, Timestamp, Timestamp)>>;
+
+/// What a consumer received.
+type Received = Arc<Mutex<Deliveries>>;
 
 /// The leader's work and a consumer that finishes each job it pops before the next pop.
 struct Running {
@@ -142,7 +145,7 @@ impl Running {
 
     /// Waits until every id of `expected` arrived (or the patience runs out),
     /// then a little longer for duplicates, and stops.
-    async fn stop_when_received(self, expected: &[JobId]) -> HashMap<JobId, Vec<(String, Timestamp, Timestamp)>> {
+    async fn stop_when_received(self, expected: &[JobId]) -> Deliveries {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         while tokio::time::Instant::now() < deadline {
             let done = {
@@ -161,6 +164,14 @@ impl Running {
             task.await.expect("task");
         }
         let received = self.received.lock().expect("lock").clone();
+        received
+    }
+
+    /// Stops once every job of `expected` arrived, and asserts each arrived once, never early.
+    async fn expect_each_once(self, name: &str, expected: &[(JobId, String, Timestamp)]) -> Deliveries {
+        let ids: Vec<JobId> = expected.iter().map(|(id, _, _)| id.clone()).collect();
+        let received = self.stop_when_received(&ids).await;
+        assert_each_once(name, &received, expected);
         received
     }
 }
@@ -184,11 +195,7 @@ async fn consume(queue: Arc<DelayQueue>, topic: Topic, received: Received, cance
 }
 
 /// Asserts each id of `expected` arrived exactly once, never before `due`, with `body`.
-fn assert_each_once(
-    name: &str,
-    received: &HashMap<JobId, Vec<(String, Timestamp, Timestamp)>>,
-    expected: &[(JobId, String, Timestamp)],
-) {
+fn assert_each_once(name: &str, received: &Deliveries, expected: &[(JobId, String, Timestamp)]) {
     for (job_id, body, due) in expected {
         let deliveries = received.get(job_id).map_or(&[][..], Vec::as_slice);
         assert_eq!(deliveries.len(), 1, "{name}: job {job_id} arrived {} times", deliveries.len());
@@ -197,6 +204,14 @@ fn assert_each_once(
         assert_eq!(run_at, due, "{name}: job {job_id} carried the wrong due time");
         assert!(arrived >= due, "{name}: job {job_id} arrived {} ms early", due.since(*arrived).as_millis());
     }
+}
+
+/// A queue over the deployment with its horizon's marks set, and a topic and
+/// a job id stem of its own.
+async fn open_queue(deployment: &Deployment, stem: &str) -> (Arc<DelayQueue>, Topic, String) {
+    let queue = queue_over(Arc::clone(&deployment.scheduler), Arc::clone(&deployment.store));
+    open_horizon(&queue).await;
+    (queue, unique_topic(stem), delayq_testkit::unique_name(stem))
 }
 
 /// Sets the horizon's marks, as the loader's first step does.
@@ -237,13 +252,14 @@ async fn push_spread(
     expected
 }
 
-/// Runs `check` on every deployment at once.
+/// Runs `check` on every deployment at once. Each check holds its deployment
+/// whole (behind an `Arc`), temporary directory included, until it ends.
 async fn on_every_deployment<F, Fut>(check: F)
 where
-    F: Fn(Deployment) -> Fut,
+    F: Fn(Arc<Deployment>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    futures::future::join_all(deployments().await.into_iter().map(check)).await;
+    futures::future::join_all(deployments().await.into_iter().map(|deployment| check(Arc::new(deployment)))).await;
 }
 
 /// Where jobs are pushed so that they start beyond the horizon: the horizon
@@ -255,13 +271,8 @@ fn beyond_the_horizon() -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_beyond_the_horizon_wait_in_the_store_and_arrive_on_time() {
     on_every_deployment(|deployment| async move {
-        // The whole deployment, its temporary directory included, lives as long as the check.
-        let deployment = deployment;
         let name = &deployment.name;
-        let queue = queue_over(Arc::clone(&deployment.scheduler), Arc::clone(&deployment.store));
-        let topic = unique_topic("cold");
-        open_horizon(&queue).await;
-        let stem = delayq_testkit::unique_name("cold");
+        let (queue, topic, stem) = open_queue(&deployment, "cold").await;
         let spread = beyond_the_horizon() * 2;
         let expected = push_spread(&queue, &topic, &stem, 200, Duration::ZERO, spread).await;
 
@@ -280,9 +291,7 @@ async fn jobs_beyond_the_horizon_wait_in_the_store_and_arrive_on_time() {
         assert_eq!(ours.map(|live| live.delay + live.ready).sum::<u64>(), 200, "{name}: cold jobs count as delayed");
 
         let running = Running::start(&queue, &queue, &topic, false);
-        let ids: Vec<JobId> = expected.iter().map(|(id, _, _)| id.clone()).collect();
-        let received = running.stop_when_received(&ids).await;
-        assert_each_once(name, &received, &expected);
+        running.expect_each_once(name, &expected).await;
         queue.close().await;
     })
     .await;
@@ -291,13 +300,8 @@ async fn jobs_beyond_the_horizon_wait_in_the_store_and_arrive_on_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletes_and_replaces_hold_while_jobs_cross_the_horizon() {
     on_every_deployment(|deployment| async move {
-        // The whole deployment, its temporary directory included, lives as long as the check.
-        let deployment = deployment;
         let name = &deployment.name;
-        let queue = queue_over(Arc::clone(&deployment.scheduler), Arc::clone(&deployment.store));
-        let topic = unique_topic("cross");
-        open_horizon(&queue).await;
-        let stem = delayq_testkit::unique_name("cross");
+        let (queue, topic, stem) = open_queue(&deployment, "cross").await;
         let beyond = beyond_the_horizon();
         let pushed = push_spread(&queue, &topic, &stem, 90, beyond, Duration::from_secs(4)).await;
         let running = Running::start(&queue, &queue, &topic, false);
@@ -323,9 +327,7 @@ async fn deletes_and_replaces_hold_while_jobs_cross_the_horizon() {
             // Spread over the time the loader crosses the first of them.
             tokio::time::sleep(Duration::from_millis(60)).await;
         }
-        let ids: Vec<JobId> = expected.iter().map(|(id, _, _)| id.clone()).collect();
-        let received = running.stop_when_received(&ids).await;
-        assert_each_once(name, &received, &expected);
+        let received = running.expect_each_once(name, &expected).await;
         for job_id in deleted {
             assert!(!received.contains_key(&job_id), "{name}: deleted job {job_id} arrived");
         }
@@ -358,8 +360,6 @@ impl Intercept for FailingLoads {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_leader_continues_a_load_cut_short() {
     on_every_deployment(|deployment| async move {
-        // The whole deployment, its temporary directory included, lives as long as the check.
-        let deployment = deployment;
         let name = &deployment.name;
         let failing = Intercepted::new(
             Arc::clone(&deployment.scheduler),
@@ -382,9 +382,7 @@ async fn a_new_leader_continues_a_load_cut_short() {
         assert_eq!(after.loaded, before.loaded, "{name}: a load cut short leaves the loaded mark");
 
         let running = Running::start(&new_leader, &new_leader, &topic, false);
-        let ids: Vec<JobId> = expected.iter().map(|(id, _, _)| id.clone()).collect();
-        let received = running.stop_when_received(&ids).await;
-        assert_each_once(name, &received, &expected);
+        running.expect_each_once(name, &expected).await;
         new_leader.close().await;
     })
     .await;
@@ -429,8 +427,6 @@ impl Intercept for EmptiedMidLoad {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduler_emptied_in_the_middle_of_a_load_is_filled_again() {
     on_every_deployment(|deployment| async move {
-        // The whole deployment, its temporary directory included, lives as long as the check.
-        let deployment = deployment;
         let Some((url, prefix)) = deployment.redis.clone() else { return };
         let name = &deployment.name;
         deployment.scheduler.check_intact().await.expect("first check marks the shards");
@@ -442,10 +438,8 @@ async fn a_scheduler_emptied_in_the_middle_of_a_load_is_filled_again() {
         let stem = delayq_testkit::unique_name("emptied");
         let expected = push_spread(&queue, &topic, &stem, 150, beyond_the_horizon(), Duration::from_secs(2)).await;
         let running = Running::start(&queue, &queue, &topic, true);
-        let ids: Vec<JobId> = expected.iter().map(|(id, _, _)| id.clone()).collect();
-        let received = running.stop_when_received(&ids).await;
+        running.expect_each_once(name, &expected).await;
         assert!(scheduler.calls.load(Ordering::SeqCst) > 1, "{name}: Redis was emptied in the middle of a load");
-        assert_each_once(name, &received, &expected);
         queue.close().await;
     })
     .await;
@@ -454,13 +448,8 @@ async fn a_scheduler_emptied_in_the_middle_of_a_load_is_filled_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_brings_back_the_window_only() {
     on_every_deployment(|deployment| async move {
-        // The whole deployment, its temporary directory included, lives as long as the check.
-        let deployment = deployment;
         let name = &deployment.name;
-        let queue = queue_over(Arc::clone(&deployment.scheduler), Arc::clone(&deployment.store));
-        let topic = unique_topic("window");
-        open_horizon(&queue).await;
-        let stem = delayq_testkit::unique_name("window");
+        let (queue, topic, stem) = open_queue(&deployment, "window").await;
         push_spread(&queue, &topic, &stem, 40, Duration::ZERO, Duration::from_millis(500)).await;
         let far = format!("{stem}-far");
         push_spread(&queue, &topic, &far, 100, Duration::from_secs(3600), Duration::from_secs(60)).await;
