@@ -109,9 +109,10 @@ impl MemoryState {
         marks.loaded
     }
 
-    /// Raises the loaded mark.
+    /// Raises the loaded mark, and the admission mark with it (what is loaded is admitted).
     pub(super) fn mark_loaded(&mut self, until: Timestamp) {
         let marks = self.horizon.get_or_insert(HorizonMarks { admit: until, loaded: None });
+        marks.admit = marks.admit.max(until);
         marks.loaded = Some(marks.loaded.map_or(until, |loaded| loaded.max(until)));
     }
 
