@@ -83,8 +83,7 @@ pub struct HorizonStatus {
 impl HorizonStatus {
     /// A status for a configured span (`None`: no horizon).
     pub fn new(span: Option<Duration>) -> HorizonStatus {
-        let span_ms = span.map_or(0, |span| u64::try_from(span.as_millis()).unwrap_or(u64::MAX));
-        HorizonStatus { span_ms: AtomicU64::new(span_ms) }
+        HorizonStatus { span_ms: AtomicU64::new(span.map_or(0, span_ms)) }
     }
 
     /// Returns the span loaded ahead now.
@@ -93,8 +92,12 @@ impl HorizonStatus {
     }
 
     pub(crate) fn set_span(&self, span: Duration) {
-        self.span_ms.store(u64::try_from(span.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.span_ms.store(span_ms(span), Ordering::Relaxed);
     }
+}
+
+fn span_ms(span: Duration) -> u64 {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs the loader until `cancel` fires; does nothing without a horizon, and

@@ -164,9 +164,7 @@ impl RedisScheduler {
     pub fn shards(&self) -> usize {
         self.runner.shards.len()
     }
-}
 
-impl RedisScheduler {
     /// Runs one `horizon.lua` operation on every shard; returns each shard's marks.
     async fn horizon_on_every_shard(
         &self,
@@ -180,12 +178,8 @@ impl RedisScheduler {
 
 /// The lowest of the shards' marks, or `None` when some shard has none.
 fn lowest(marks: impl Iterator<Item = Option<u64>>) -> Option<Timestamp> {
-    let mut lowest: Option<u64> = None;
-    for mark in marks {
-        let mark = mark?;
-        lowest = Some(lowest.map_or(mark, |seen| seen.min(mark)));
-    }
-    lowest.map(Timestamp::from_millis)
+    let marks: Vec<u64> = marks.collect::<Option<_>>()?;
+    marks.into_iter().min().map(Timestamp::from_millis)
 }
 
 impl Drop for RedisScheduler {

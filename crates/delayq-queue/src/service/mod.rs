@@ -483,9 +483,9 @@ impl DelayQueue {
         let stored = self.store_counts().await?;
         let horizon = match self.scheduler.horizon().await? {
             Some(marks) => {
-                let stats = self.horizon_stats(marks, &live, &stored);
-                count_cold_as_delayed(&mut live, &stored);
-                Some(stats)
+                let hot = live.iter().map(|topic| topic.delay + topic.ready + topic.reserved).sum();
+                let cold = count_cold_as_delayed(&mut live, &stored);
+                Some(self.horizon_stats(marks, hot, cold))
             }
             None => None,
         };
@@ -510,23 +510,14 @@ impl DelayQueue {
         Ok(counts)
     }
 
-    fn horizon_stats(&self, marks: HorizonMarks, live: &[TopicStats], stored: &[StateCount]) -> HorizonStats {
-        let hot: u64 = live.iter().map(|topic| topic.delay + topic.ready + topic.reserved).sum();
-        let stored_live: u64 = stored.iter().filter(|count| count.state.is_live()).map(|count| count.count).sum();
+    fn horizon_stats(&self, marks: HorizonMarks, hot: u64, cold: u64) -> HorizonStats {
         let span = self.horizon_span();
         let lag = match (span, marks.loaded) {
             (Some(span), Some(loaded)) => Timestamp::now().plus(span).since(loaded),
             (Some(span), None) => span,
             (None, _) => Duration::ZERO,
         };
-        HorizonStats {
-            span,
-            admitted_until: marks.admit,
-            loaded_until: marks.loaded,
-            hot,
-            cold: stored_live.saturating_sub(hot),
-            lag,
-        }
+        HorizonStats { span, admitted_until: marks.admit, loaded_until: marks.loaded, hot, cold, lag }
     }
 
     /// Returns the topics that have ready jobs (the forwarder's work list).
@@ -579,18 +570,27 @@ impl DelayQueue {
 }
 
 /// Adds to each topic's delayed count its jobs beyond the horizon: the live
-/// jobs of the store the scheduler does not hold.
-fn count_cold_as_delayed(live: &mut Vec<TopicStats>, stored: &[StateCount]) {
+/// jobs of the store the scheduler does not hold. Returns how many it added.
+fn count_cold_as_delayed(live: &mut Vec<TopicStats>, stored: &[StateCount]) -> u64 {
     let mut stored_live: std::collections::BTreeMap<&Topic, u64> = std::collections::BTreeMap::new();
     for count in stored.iter().filter(|count| count.state.is_live()) {
         *stored_live.entry(&count.topic).or_default() += count.count;
     }
+    let mut cold = 0;
     for (topic, in_store) in stored_live {
         match live.iter_mut().find(|held| held.topic == *topic) {
-            Some(held) => held.delay += in_store.saturating_sub(held.delay + held.ready + held.reserved),
-            None => live.push(TopicStats { topic: topic.clone(), delay: in_store, ready: 0, reserved: 0 }),
+            Some(held) => {
+                let beyond = in_store.saturating_sub(held.delay + held.ready + held.reserved);
+                held.delay += beyond;
+                cold += beyond;
+            }
+            None => {
+                live.push(TopicStats { topic: topic.clone(), delay: in_store, ready: 0, reserved: 0 });
+                cold += in_store;
+            }
         }
     }
+    cold
 }
 
 fn require_reserved(job: &Job) -> QueueResult<()> {

@@ -84,27 +84,22 @@ impl DelayQueue {
     /// Returns the live job a replace push names (by id, else by business
     /// key) and whether the scheduler holds it.
     async fn find_replace_target(&self, request: &PushRequest) -> QueueResult<Option<(Job, bool)>> {
-        let stored = if let Some(id) = &request.id {
+        if let Some(id) = &request.id {
             if let Some(job) = self.scheduler.get(id).await? {
                 return Ok(Some((job, true)));
             }
             // Beyond the horizon (or lost by the scheduler): the store has it.
-            self.store.get(id).await?.filter(|job| job.state.is_live())
-        } else {
-            None
-        };
-        let stored = match (stored, &request.biz_key) {
-            (Some(job), _) => Some(job),
-            (None, Some(biz_key)) => self.store.find_live_by_biz_key(&request.topic, biz_key).await?,
-            (None, None) => None,
-        };
-        match stored {
-            Some(job) => {
-                let held = self.scheduler.get(&job.id).await?;
-                Ok(Some(held.map_or((job, false), |held| (held, true))))
+            if let Some(job) = self.store.get(id).await?.filter(|job| job.state.is_live()) {
+                return Ok(Some((job, false)));
             }
-            None => Ok(None),
         }
+        let Some(biz_key) = &request.biz_key else { return Ok(None) };
+        let Some(stored) = self.store.find_live_by_biz_key(&request.topic, biz_key).await? else { return Ok(None) };
+        // A job found by its key may be another id than the one named, which was not asked about.
+        Ok(Some(match self.scheduler.get(&stored.id).await? {
+            Some(held) => (held, true),
+            None => (stored, false),
+        }))
     }
 
     /// Replaces a waiting job the scheduler holds (the caller holds its id's lock).

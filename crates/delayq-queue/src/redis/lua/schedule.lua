@@ -61,7 +61,8 @@ local added = {}
 for i = first_job, #ARGV, 5 do
   local id, topic = ARGV[i], ARGV[i + 1]
   local rec = ARGV[i + 2]
-  if horizon and floor(byte(rec, 1) / 8) % 4 == DELAY and tonumber(ARGV[i + 3]) > horizon
+  local state = floor(byte(rec, 1) / 8) % 4
+  if horizon and state == DELAY and tonumber(ARGV[i + 3]) > horizon
       and redis.call('HEXISTS', J, id) == 0 then
     added[#added + 1] = 2
   else
@@ -80,7 +81,6 @@ for i = first_job, #ARGV, 5 do
       -- The topic may have got its code in this call and hold no job: done() looks.
       note_topic(topic)
     else
-      local state = floor(byte(rec, 1) / 8) % 4
       count(state, topic, 1)
       if state == DELAY or state == RESERVED then
         arm(id, tonumber(ARGV[i + 3]))
