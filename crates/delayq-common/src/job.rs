@@ -103,6 +103,29 @@ impl Job {
     pub fn expires_at(&self) -> Option<Timestamp> {
         (!self.ttl.is_zero()).then(|| self.run_at.plus(self.ttl))
     }
+
+    /// Returns the job without its payload: the body, subtopic, business key,
+    /// asked-for delay, backoff list and result, which only a consumer, a
+    /// listing or a nack reads. What is left orders the job, hands it out and
+    /// moves it through its states.
+    pub fn without_payload(self) -> Job {
+        Job {
+            subtopic: None,
+            body: String::new(),
+            biz_key: None,
+            delay: Duration::ZERO,
+            retry_backoff: Vec::new(),
+            result: None,
+            ..self
+        }
+    }
+
+    /// Returns the job with what changes while it is live (its state, attempt,
+    /// due time and last change) taken from `live`, the same job as the
+    /// scheduler holds it.
+    pub fn with_live_state(self, live: &Job) -> Job {
+        Job { state: live.state, attempt: live.attempt, run_at: live.run_at, updated_at: live.updated_at, ..self }
+    }
 }
 
 /// Serde for a `Duration` as integer milliseconds.

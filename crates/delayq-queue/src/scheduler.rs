@@ -150,6 +150,15 @@ pub trait Scheduler: Send + Sync + 'static {
         Ok(added)
     }
 
+    /// Returns whether the jobs this scheduler returns carry their payload.
+    /// A scheduler that answers `false` keeps only what orders a job, hands it
+    /// out and moves it through its states, and returns jobs
+    /// [`Job::without_payload`]: the service reads the rest from the store
+    /// where it needs it (a pop, a nack's backoff, a replace refused).
+    fn holds_payloads(&self) -> bool {
+        true
+    }
+
     /// Returns whether the scheduler's state lives outside this process (a server
     /// that can restart empty, be flushed or fail over). Such a scheduler is
     /// watched by the leader ([`crate::recovery`]) and reconciled with the store.
@@ -285,9 +294,14 @@ pub fn reservation_deadline(job: &Job) -> Option<Timestamp> {
 /// # Errors
 /// [`crate::QueueError::StaleAttempt`] when it is not.
 pub fn check_attempt(job: &Job, attempt: Option<u32>) -> QueueResult<()> {
+    check_attempt_of(&job.id, job.attempt, attempt)
+}
+
+/// [`check_attempt`] of job `id` whose delivery is `current`.
+pub fn check_attempt_of(id: &JobId, current: u32, attempt: Option<u32>) -> QueueResult<()> {
     match attempt {
-        Some(held) if held != job.attempt => {
-            Err(crate::QueueError::StaleAttempt { id: job.id.clone(), attempt: held, current: job.attempt })
+        Some(held) if held != current => {
+            Err(crate::QueueError::StaleAttempt { id: id.clone(), attempt: held, current })
         }
         _ => Ok(()),
     }

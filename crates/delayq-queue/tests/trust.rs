@@ -25,6 +25,7 @@ type Deployment = (&'static str, Arc<dyn Scheduler>, Arc<dyn JobStore>, Option<t
 
 /// A push the test starts from inside a clear.
 type ClearHook = Box<dyn FnOnce() -> tokio::task::JoinHandle<()> + Send>;
+type PopHook = Box<dyn FnOnce() -> tokio::task::JoinHandle<Vec<Job>> + Send>;
 
 /// The two deployments: embedded, and Redis + MySQL when both are configured.
 async fn deployments() -> Vec<Deployment> {
@@ -231,7 +232,10 @@ async fn deletes_and_repushes_of_one_id_set_never_lose_a_push() {
 #[derive(Default)]
 struct Faulty {
     fail_next_removal: std::sync::atomic::AtomicBool,
-    pop_before_replace: std::sync::atomic::AtomicBool,
+    /// Starts a consumer's pop just before a replace goes to the backend.
+    pop_before_replace: std::sync::Mutex<Option<PopHook>>,
+    /// The pop `pop_before_replace` started.
+    popped: std::sync::Mutex<Option<tokio::task::JoinHandle<Vec<Job>>>>,
     /// Runs before a clear or batch delete goes to the backend.
     before_clear: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     clear_hook: std::sync::Mutex<Option<ClearHook>>,
@@ -259,9 +263,20 @@ impl Faulty {
 #[async_trait]
 impl Intercept for Faulty {
     async fn replace(&self, inner: &dyn Scheduler, job: &Job) -> QueueResult<Job> {
-        if self.pop_before_replace.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            let popped = inner.reserve(&job.topic, 1, Duration::ZERO).await?;
-            assert_eq!(popped.len(), 1, "a consumer pops the job just before the replace");
+        let hook = self.pop_before_replace.lock().expect("hook").take();
+        if let Some(hook) = hook {
+            let pop = hook();
+            // The consumer has reserved it; it may still be reading the payload.
+            let mut reserved = false;
+            for _ in 0..400 {
+                reserved = inner.get(&job.id).await?.is_some_and(|held| held.state == JobState::Reserved);
+                if reserved {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(reserved, "a consumer pops the job just before the replace");
+            *self.popped.lock().expect("hook") = Some(pop);
         }
         inner.replace(job).await
     }
@@ -322,10 +337,20 @@ async fn a_replace_refused_because_the_job_was_popped_changes_nothing() {
         let topic = unique_topic("replace");
         let job_id = id(&format!("{}-r", common::unique_prefix().replace(':', "_")));
         queue.push(push(&topic, Some(&job_id), "original")).await.expect("push");
-        faulty.pop_before_replace.store(true, std::sync::atomic::Ordering::SeqCst);
+        let hook = {
+            let (queue, topic) = (Arc::clone(&queue), topic.clone());
+            Box::new(move || {
+                tokio::spawn(async move { queue.pop(&topic, 1, Duration::from_secs(2)).await.expect("pop") })
+            }) as PopHook
+        };
+        *faulty.pop_before_replace.lock().expect("hook") = Some(hook);
         let mut replacement = push(&topic, Some(&job_id), "replacement");
         replacement.replace = true;
         assert_wrong_state("replace of a job popped meanwhile", queue.push(replacement).await, JobState::Reserved);
+        let pop = faulty.popped.lock().expect("hook").take().expect("the pop ran");
+        let popped = pop.await.expect("pop task");
+        let bodies: Vec<&str> = popped.iter().map(|job| job.body.as_str()).collect();
+        assert_eq!(bodies, ["original"], "{name}: the consumer got the payload the refused replace left");
         let stored = queue.get(&job_id).await.expect("get").job;
         assert_eq!((stored.body.as_str(), stored.state), ("original", JobState::Reserved), "{name}");
         queue.store().flush().await.expect("flush");

@@ -228,6 +228,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// Returns the job with this id, in whatever state.
     async fn get(&self, id: &JobId) -> Result<Option<Job>, StoreError>;
 
+    /// Returns the jobs with these ids that exist, in whatever state and in
+    /// no particular order (an id named twice comes back once).
+    async fn get_many(&self, ids: &[JobId]) -> Result<Vec<Job>, StoreError>;
+
     /// Returns the newest `limit` lines of the job's history, oldest first.
     async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError>;
 

@@ -58,6 +58,7 @@ macro_rules! store_conformance {
             after: { store.close().await },
             checks: [
                 check_insert_get_round_trip,
+                check_get_many,
                 check_duplicate_live_id_is_refused,
                 check_insert_over_ended_job_continues_history,
                 check_history_order_within_a_batch,

@@ -4,9 +4,13 @@
 //! critical section (O(log n) map updates) that never spans an `.await`, which
 //! is also what makes each operation atomic with respect to every other.
 //!
-//! - Jobs live in a slab, found by id through a hash map; the indexes below
+//! - Jobs live in a slab, found by id through a hash table; the indexes below
 //!   hold slot numbers, so a transition updates small keys in place and never
-//!   moves a job, cloning it only for what the caller gets back (`state`).
+//!   moves a job (`state`).
+//! - A slot keeps only what orders a job, hands it out and moves it through
+//!   its states, not its body or the rest of its payload: memory grows with
+//!   the jobs held, not with their size. The jobs it returns carry no payload
+//!   ([`Scheduler::holds_payloads`]); the service reads it from the store.
 //! - The timeline is one ordered map of `(instant, seq)` holding, for each job,
 //!   its single pending instant: `run_at` while delayed, the ttl expiry while
 //!   ready, the ttr deadline while reserved. Entries are removed eagerly when
@@ -114,6 +118,10 @@ impl Drop for Waiter<'_> {
 impl Scheduler for MemoryScheduler {
     fn backend(&self) -> &'static str {
         "memory"
+    }
+
+    fn holds_payloads(&self) -> bool {
+        false
     }
 
     async fn schedule(&self, job: &Job) -> QueueResult<()> {

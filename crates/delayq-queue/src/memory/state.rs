@@ -5,19 +5,24 @@
 //! a parameter, so the transitions are plain functions of their inputs.
 //!
 //! Jobs live in a slab and the indexes refer to them by slot number, so a
-//! transition updates a few small keys in place instead of moving or cloning
-//! the job.
+//! transition updates a few small keys in place instead of moving the job.
+//! A slot holds only what orders a job, hands it out and moves it through its
+//! states ([`Entry`]); the body and the rest of the payload stay in the store,
+//! and the jobs this state returns carry none ([`Job::without_payload`]).
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use hashbrown::HashTable;
 use tokio::sync::Notify;
 
 use super::topic::TopicQueue;
 use crate::error::{QueueError, QueueResult};
-use crate::scheduler::{check_attempt, reservation_deadline, waiting_state, HorizonMarks, Promotion, TopicStats};
+use crate::scheduler::{check_attempt_of, reservation_deadline, waiting_state, HorizonMarks, Promotion, TopicStats};
 
 /// Where a job sits in the slab.
 pub(super) type Slot = usize;
@@ -26,14 +31,78 @@ type DueKey = (Timestamp, u64);
 /// A place in a ready queue: priority first, then due time, then arrival (FIFO).
 pub(super) type ReadyKey = (u8, Timestamp, u64);
 
-/// One live job and where it is filed.
+/// What the scheduler keeps of one live job, and where it is filed.
 struct Entry {
-    job: Job,
-    /// Its one pending instant: `run_at` when delayed, the ttl expiry when
-    /// ready (if it has a ttl), the ttr deadline when reserved.
-    due: Option<DueKey>,
-    /// Its place in the topic's ready queue when ready.
-    ready: Option<ReadyKey>,
+    id: JobId,
+    /// Shared with every job of the topic ([`TopicQueue::name`]).
+    topic: Arc<Topic>,
+    create_time: Timestamp,
+    run_at: Timestamp,
+    updated_at: Timestamp,
+    ttr: Duration,
+    ttl: Duration,
+    attempt: u32,
+    max_retries: u32,
+    priority: u8,
+    state: JobState,
+    /// Its one pending instant in the timeline: `run_at` when delayed, the
+    /// ttl expiry when ready (if it has a ttl), the ttr deadline when reserved.
+    due: Option<Timestamp>,
+    /// The sequence number of its filing, which makes its keys unique: it is
+    /// at `(due, seq)` in the timeline, and at `(priority, run_at, seq)` in
+    /// its topic's ready queue while ready.
+    seq: u64,
+}
+
+impl Entry {
+    fn new(job: &Job, topic: Arc<Topic>) -> Entry {
+        Entry {
+            id: job.id.clone(),
+            topic,
+            create_time: job.create_time,
+            run_at: job.run_at,
+            updated_at: job.updated_at,
+            ttr: job.ttr,
+            ttl: job.ttl,
+            attempt: job.attempt,
+            max_retries: job.max_retries,
+            priority: job.priority,
+            state: job.state,
+            due: None,
+            seq: 0,
+        }
+    }
+
+    /// Returns the job as held, without its payload.
+    fn job(&self) -> Job {
+        Job {
+            id: self.id.clone(),
+            topic: Topic::clone(&self.topic),
+            subtopic: None,
+            body: String::new(),
+            biz_key: None,
+            create_time: self.create_time,
+            delay: Duration::ZERO,
+            run_at: self.run_at,
+            ttr: self.ttr,
+            priority: self.priority,
+            max_retries: self.max_retries,
+            retry_backoff: Vec::new(),
+            ttl: self.ttl,
+            attempt: self.attempt,
+            state: self.state,
+            result: None,
+            updated_at: self.updated_at,
+        }
+    }
+
+    fn has_retries_left(&self) -> bool {
+        self.attempt.saturating_sub(1) < self.max_retries
+    }
+
+    fn ready_key(&self) -> ReadyKey {
+        (self.priority, self.run_at, self.seq)
+    }
 }
 
 /// The whole in-process scheduler state.
@@ -41,7 +110,10 @@ struct Entry {
 pub(super) struct MemoryState {
     slots: Vec<Option<Entry>>,
     free: Vec<Slot>,
-    by_id: HashMap<JobId, Slot>,
+    /// The slot of each job, found by the hash of its id (the id itself is
+    /// kept once, in the slot).
+    by_id: HashTable<Slot>,
+    hasher: RandomState,
     /// Every pending instant of every job, earliest first.
     timeline: BTreeMap<DueKey, Slot>,
     topics: HashMap<Topic, TopicQueue>,
@@ -69,7 +141,7 @@ impl MemoryState {
 
     /// Registers a waiter on the topic and returns its ready signal.
     pub(super) fn wait_on(&mut self, topic: &Topic) -> Arc<Notify> {
-        let queue = self.topics.entry(topic.clone()).or_insert_with(TopicQueue::new);
+        let queue = self.topics.entry(topic.clone()).or_insert_with(|| TopicQueue::new(Arc::new(topic.clone())));
         queue.waiters += 1;
         Arc::clone(&queue.signal)
     }
@@ -88,7 +160,7 @@ impl MemoryState {
     }
 
     pub(super) fn schedule(&mut self, job: &Job, now: Timestamp) -> QueueResult<()> {
-        if self.by_id.contains_key(&job.id) {
+        if self.slot_of(&job.id).is_ok() {
             return Err(QueueError::Conflict(format!("job {} already exists", job.id)));
         }
         let state = waiting_state(job.run_at, now);
@@ -96,9 +168,7 @@ impl MemoryState {
             // Beyond the horizon: the loader brings it from the store.
             return Ok(());
         }
-        let mut job = job.clone();
-        job.state = state;
-        self.insert(job);
+        self.insert(job, state, None);
         Ok(())
     }
 
@@ -124,33 +194,33 @@ impl MemoryState {
     /// Adds a job unless one with its id is held; a reserved job stays reserved
     /// until its ttr deadline. Ended jobs are never added.
     pub(super) fn restore(&mut self, job: &Job, now: Timestamp) -> bool {
-        if self.by_id.contains_key(&job.id) || job.state.is_terminal() {
+        if self.slot_of(&job.id).is_ok() || job.state.is_terminal() {
             return false;
         }
         let deadline = reservation_deadline(job);
-        let mut job = job.clone();
-        if deadline.is_none() {
-            job.state = waiting_state(job.run_at, now);
-        }
-        self.insert_filed(job, deadline);
+        let state = if deadline.is_none() { waiting_state(job.run_at, now) } else { job.state };
+        self.insert(job, state, deadline);
         true
     }
 
     pub(super) fn replace(&mut self, job: &Job, now: Timestamp) -> QueueResult<Job> {
         let slot = self.slot_of(&job.id)?;
-        let state = self.job(slot).map(|current| current.state).ok_or_else(|| QueueError::NotFound(job.id.clone()))?;
+        let state =
+            self.entry(slot).map(|current| current.state).ok_or_else(|| QueueError::NotFound(job.id.clone()))?;
         if !matches!(state, JobState::Delay | JobState::Ready) {
             return Err(QueueError::WrongState { id: job.id.clone(), state });
         }
         self.unfile(slot);
-        let mut replacement = job.clone();
-        replacement.state = waiting_state(replacement.run_at, now);
-        let old = self.entry_mut(slot).map(|entry| std::mem::replace(&mut entry.job, replacement.clone()));
+        let topic = self.topic_name(&job.topic);
+        let mut replacement = Entry::new(job, topic);
+        replacement.state = waiting_state(job.run_at, now);
+        let scheduled = replacement.job();
+        let old = self.entry_mut(slot).map(|entry| std::mem::replace(entry, replacement));
         self.file(slot, None);
-        if let Some(old) = old.filter(|old| old.topic != replacement.topic) {
+        if let Some(old) = old.filter(|old| *old.topic != job.topic) {
             self.forget_topic_if_unused(&old.topic);
         }
-        Ok(replacement)
+        Ok(scheduled)
     }
 
     /// Reserves up to `count` ready jobs of `topic`, most urgent first.
@@ -161,10 +231,10 @@ impl MemoryState {
             let Some((_, slot)) = queue.ready.pop_first() else { break };
             self.unfile(slot);
             let Some(entry) = self.entry_mut(slot) else { continue };
-            entry.job.state = JobState::Reserved;
-            entry.job.updated_at = now;
-            let deadline = now.plus(entry.job.ttr);
-            reserved.push(entry.job.clone());
+            entry.state = JobState::Reserved;
+            entry.updated_at = now;
+            let deadline = now.plus(entry.ttr);
+            reserved.push(entry.job());
             self.file(slot, Some(deadline));
         }
         reserved
@@ -183,7 +253,7 @@ impl MemoryState {
         now: Timestamp,
     ) -> QueueResult<Job> {
         let slot = self.reserved_slot(id, attempt)?;
-        let retries_left = self.job(slot).is_some_and(Job::has_retries_left);
+        let retries_left = self.entry(slot).is_some_and(Entry::has_retries_left);
         if !retries_left {
             let mut dead = self.remove(slot).ok_or_else(|| QueueError::NotFound(id.clone()))?;
             dead.state = JobState::Dead;
@@ -192,11 +262,11 @@ impl MemoryState {
         }
         self.unfile(slot);
         let entry = self.entry_mut(slot).ok_or_else(|| QueueError::NotFound(id.clone()))?;
-        entry.job.attempt += 1;
-        entry.job.run_at = now.plus(delay);
-        entry.job.state = waiting_state(entry.job.run_at, now);
-        entry.job.updated_at = now;
-        let nacked = entry.job.clone();
+        entry.attempt += 1;
+        entry.run_at = now.plus(delay);
+        entry.state = waiting_state(entry.run_at, now);
+        entry.updated_at = now;
+        let nacked = entry.job();
         self.file(slot, None);
         Ok(nacked)
     }
@@ -204,7 +274,7 @@ impl MemoryState {
     pub(super) fn touch(&mut self, id: &JobId, attempt: Option<u32>, now: Timestamp) -> QueueResult<Job> {
         let slot = self.reserved_slot(id, attempt)?;
         self.unfile(slot);
-        let job = self.job(slot).cloned().ok_or_else(|| QueueError::NotFound(id.clone()))?;
+        let job = self.entry(slot).map(Entry::job).ok_or_else(|| QueueError::NotFound(id.clone()))?;
         self.file(slot, Some(now.plus(job.ttr)));
         Ok(job)
     }
@@ -215,7 +285,7 @@ impl MemoryState {
     }
 
     pub(super) fn get(&self, id: &JobId) -> Option<Job> {
-        self.by_id.get(id).and_then(|slot| self.job(*slot)).cloned()
+        self.slot_of(id).ok().and_then(|slot| self.entry(slot)).map(Entry::job)
     }
 
     /// Applies what is due at `now`, at most `max_batch` changes.
@@ -229,6 +299,10 @@ impl MemoryState {
                 break;
             }
             let slot = first.remove();
+            if let Some(entry) = self.entry_mut(slot) {
+                // Out of the timeline already.
+                entry.due = None;
+            }
             if let Some(job) = self.on_due(slot, due_at, now) {
                 changed.push(job);
             }
@@ -276,21 +350,21 @@ impl MemoryState {
     /// Moves the job in `slot`, whose instant `due_at` has come, to its next
     /// state; returns it as it is after the change.
     fn on_due(&mut self, slot: Slot, due_at: Timestamp, now: Timestamp) -> Option<Job> {
-        let state = self.job(slot)?.state;
-        let retries_left = self.job(slot).is_some_and(Job::has_retries_left);
+        let entry = self.entry(slot)?;
+        let state = entry.state;
         let ended = match state {
-            JobState::Reserved if !retries_left => JobState::Dead,
+            JobState::Reserved if !entry.has_retries_left() => JobState::Dead,
             JobState::Ready => JobState::Expired,
             JobState::Delay | JobState::Reserved => {
                 self.unfile(slot);
                 let entry = self.entry_mut(slot)?;
                 if state == JobState::Reserved {
-                    entry.job.attempt += 1;
-                    entry.job.run_at = due_at;
+                    entry.attempt += 1;
+                    entry.run_at = due_at;
                 }
-                entry.job.state = JobState::Ready;
-                entry.job.updated_at = now;
-                let job = entry.job.clone();
+                entry.state = JobState::Ready;
+                entry.updated_at = now;
+                let job = entry.job();
                 self.file(slot, None);
                 return Some(job);
             }
@@ -303,8 +377,8 @@ impl MemoryState {
         Some(job)
     }
 
-    fn job(&self, slot: Slot) -> Option<&Job> {
-        self.slots.get(slot).and_then(Option::as_ref).map(|entry| &entry.job)
+    fn entry(&self, slot: Slot) -> Option<&Entry> {
+        self.slots.get(slot).and_then(Option::as_ref)
     }
 
     fn entry_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
@@ -312,29 +386,42 @@ impl MemoryState {
     }
 
     fn slot_of(&self, id: &JobId) -> QueueResult<Slot> {
-        self.by_id.get(id).copied().ok_or_else(|| QueueError::NotFound(id.clone()))
+        let hash = self.hasher.hash_one(id.as_str());
+        let slots = &self.slots;
+        let found = self
+            .by_id
+            .find(hash, |slot| slots.get(*slot).and_then(Option::as_ref).is_some_and(|entry| entry.id == *id));
+        found.copied().ok_or_else(|| QueueError::NotFound(id.clone()))
     }
 
     /// Returns the slot of a reserved job, of its delivery `attempt` when given.
     fn reserved_slot(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Slot> {
         let slot = self.slot_of(id)?;
-        let Some(job) = self.job(slot) else { return Err(QueueError::NotFound(id.clone())) };
-        if job.state != JobState::Reserved {
-            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
+        let Some(entry) = self.entry(slot) else { return Err(QueueError::NotFound(id.clone())) };
+        if entry.state != JobState::Reserved {
+            return Err(QueueError::WrongState { id: id.clone(), state: entry.state });
         }
-        check_attempt(job, attempt)?;
+        check_attempt_of(id, entry.attempt, attempt)?;
         Ok(slot)
     }
 
-    /// Adds a new live job (`delay` or `ready`) and files it.
-    fn insert(&mut self, job: Job) {
-        self.insert_filed(job, None);
+    /// Returns the topic's shared name, filing the topic if it is new.
+    fn topic_name(&mut self, topic: &Topic) -> Arc<Topic> {
+        if let Some(queue) = self.topics.get(topic) {
+            return Arc::clone(&queue.name);
+        }
+        let name = Arc::new(topic.clone());
+        self.topics.insert(topic.clone(), TopicQueue::new(Arc::clone(&name)));
+        name
     }
 
-    /// Adds a new live job and files it; `reserved_until` is the ttr deadline of a reserved one.
-    fn insert_filed(&mut self, job: Job, reserved_until: Option<Timestamp>) {
-        let id = job.id.clone();
-        let entry = Some(Entry { job, due: None, ready: None });
+    /// Adds a new live job in `state` and files it; `reserved_until` is the
+    /// ttr deadline of a reserved one.
+    fn insert(&mut self, job: &Job, state: JobState, reserved_until: Option<Timestamp>) {
+        let topic = self.topic_name(&job.topic);
+        let mut entry = Entry::new(job, topic);
+        entry.state = state;
+        let entry = Some(entry);
         let reused = self.free.pop().and_then(|slot| Some((slot, self.slots.get_mut(slot)?)));
         let slot = match reused {
             Some((slot, place)) => {
@@ -346,7 +433,11 @@ impl MemoryState {
                 self.slots.len() - 1
             }
         };
-        self.by_id.insert(id, slot);
+        let hash = self.hasher.hash_one(job.id.as_str());
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_id.insert_unique(hash, slot, |slot| {
+            slots.get(*slot).and_then(Option::as_ref).map_or(0, |entry| hasher.hash_one(entry.id.as_str()))
+        });
         self.file(slot, reserved_until);
     }
 
@@ -355,42 +446,45 @@ impl MemoryState {
         self.unfile(slot);
         let entry = self.slots.get_mut(slot)?.take()?;
         self.free.push(slot);
-        self.by_id.remove(&entry.job.id);
-        self.forget_topic_if_unused(&entry.job.topic);
-        Some(entry.job)
+        let hash = self.hasher.hash_one(entry.id.as_str());
+        if let Ok(found) = self.by_id.find_entry(hash, |held| *held == slot) {
+            found.remove();
+        }
+        self.forget_topic_if_unused(&entry.topic);
+        Some(entry.job())
     }
 
     /// Files the job in `slot` by its state; `reserved_until` is the ttr
     /// deadline of a reserved job.
     fn file(&mut self, slot: Slot, reserved_until: Option<Timestamp>) {
+        self.seq += 1;
+        let seq = self.seq;
         let Some(entry) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return };
-        if !self.topics.contains_key(&entry.job.topic) {
-            self.topics.insert(entry.job.topic.clone(), TopicQueue::new());
+        entry.seq = seq;
+        if !self.topics.contains_key(&*entry.topic) {
+            self.topics.insert(Topic::clone(&entry.topic), TopicQueue::new(Arc::clone(&entry.topic)));
         }
-        let Some(queue) = self.topics.get_mut(&entry.job.topic) else { return };
-        let due_at = match entry.job.state {
+        let Some(queue) = self.topics.get_mut(&*entry.topic) else { return };
+        let due_at = match entry.state {
             JobState::Delay => {
                 queue.delay += 1;
-                Some(entry.job.run_at)
+                Some(entry.run_at)
             }
             JobState::Ready => {
-                self.seq += 1;
-                let key = (entry.job.priority, entry.job.run_at, self.seq);
-                queue.ready.insert(key, slot);
-                entry.ready = Some(key);
+                queue.ready.insert(entry.ready_key(), slot);
                 self.wakes.topics.push(Arc::clone(&queue.signal));
-                entry.job.expires_at()
+                (!entry.ttl.is_zero()).then(|| entry.run_at.plus(entry.ttl))
             }
             JobState::Reserved => {
                 queue.reserved += 1;
-                Some(reserved_until.unwrap_or_else(|| Timestamp::now().plus(entry.job.ttr)))
+                Some(reserved_until.unwrap_or_else(|| Timestamp::now().plus(entry.ttr)))
             }
             // Ended jobs are not held.
             _ => None,
         };
+        entry.due = due_at;
         if let Some(at) = due_at {
-            self.seq += 1;
-            let key = (at, self.seq);
+            let key = (at, seq);
             let earliest = match self.timeline.first_key_value() {
                 Some((first, _)) => key < *first,
                 None => true,
@@ -399,7 +493,6 @@ impl MemoryState {
                 self.wakes.timer = true;
             }
             self.timeline.insert(key, slot);
-            entry.due = Some(key);
         }
     }
 
@@ -408,17 +501,16 @@ impl MemoryState {
     fn unfile(&mut self, slot: Slot) {
         let Some(entry) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return };
         if let Some(due) = entry.due.take() {
-            self.timeline.remove(&due);
+            self.timeline.remove(&(due, entry.seq));
         }
-        let ready = entry.ready.take();
-        let Some(queue) = self.topics.get_mut(&entry.job.topic) else { return };
-        match entry.job.state {
+        let Some(queue) = self.topics.get_mut(&*entry.topic) else { return };
+        match entry.state {
             JobState::Delay => queue.delay = queue.delay.saturating_sub(1),
             JobState::Reserved => queue.reserved = queue.reserved.saturating_sub(1),
+            JobState::Ready => {
+                queue.ready.remove(&entry.ready_key());
+            }
             _ => {}
-        }
-        if let Some(ready) = ready {
-            queue.ready.remove(&ready);
         }
     }
 

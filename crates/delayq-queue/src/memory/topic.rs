@@ -6,10 +6,14 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use delayq_common::Topic;
+
 use super::state::{ReadyKey, Slot};
 
 /// The per-topic part of the state.
 pub(super) struct TopicQueue {
+    /// The topic, shared by every job of it the state holds.
+    pub(super) name: Arc<Topic>,
     /// The ready jobs, most urgent first.
     pub(super) ready: BTreeMap<ReadyKey, Slot>,
     /// How many jobs wait for their due time.
@@ -24,8 +28,8 @@ pub(super) struct TopicQueue {
 }
 
 impl TopicQueue {
-    pub(super) fn new() -> TopicQueue {
-        TopicQueue { ready: BTreeMap::new(), delay: 0, reserved: 0, signal: Arc::new(Notify::new()), waiters: 0 }
+    pub(super) fn new(name: Arc<Topic>) -> TopicQueue {
+        TopicQueue { name, ready: BTreeMap::new(), delay: 0, reserved: 0, signal: Arc::new(Notify::new()), waiters: 0 }
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -185,6 +185,11 @@ pub struct DelayQueue {
     transitions: RwLock<()>,
     /// Held across both writes of every operation on a caller-named id (see [`IdLocks`]).
     id_locks: IdLocks,
+    /// Held by a replace from its store write until the store and the
+    /// scheduler agree, and by a pop while it reads the payloads of what it
+    /// reserved ([`Scheduler::holds_payloads`]): a consumer never gets the
+    /// payload of a replace that was refused because it reserved the job.
+    payload_locks: IdLocks,
     /// Held shared by every push across its store and scheduler writes, and
     /// exclusively by clearAll: a push is either wholly before the clear (and
     /// cleared) or wholly after it (and kept), never stored live and then
@@ -217,6 +222,7 @@ impl DelayQueue {
             settings,
             transitions: RwLock::new(()),
             id_locks: IdLocks::new(),
+            payload_locks: IdLocks::new(),
             pushes: RwLock::new(()),
             waiters,
             loading: Mutex::new(()),
@@ -277,7 +283,37 @@ impl DelayQueue {
             queue_metrics::record_delivery(job.run_at, now);
         }
         self.store.journal(jobs.iter().map(|job| StateChange::of(job, now)).collect());
-        Ok(jobs)
+        if self.scheduler.holds_payloads() {
+            Ok(jobs)
+        } else {
+            self.with_payloads(jobs).await
+        }
+    }
+
+    /// Returns the reserved jobs with their payloads, read from the store
+    /// (for a scheduler that does not hold them), in the same order. The store
+    /// has every job the scheduler holds (it is written first); one it lacks
+    /// was never acknowledged to anyone, and is taken out and not delivered.
+    ///
+    /// Under the payload locks of the jobs, so that a replace refused because
+    /// the job was reserved meanwhile has put the old payload back first.
+    async fn with_payloads(&self, reserved: Vec<Job>) -> QueueResult<Vec<Job>> {
+        let ids: Vec<JobId> = reserved.iter().map(|job| job.id.clone()).collect();
+        let mut stored: std::collections::HashMap<JobId, Job> = {
+            let _payloads = self.payload_locks.lock_all(&ids).await;
+            self.store.get_many(&ids).await?.into_iter().map(|job| (job.id.clone(), job)).collect()
+        };
+        let mut whole = Vec::with_capacity(reserved.len());
+        for job in reserved {
+            match stored.remove(&job.id) {
+                Some(row) => whole.push(row.with_live_state(&job)),
+                None => {
+                    warn!(job_id = %job.id, "a reserved job has no row in the store; it is not delivered");
+                    self.forget_in_scheduler(&job.id).await?;
+                }
+            }
+        }
+        Ok(whole)
     }
 
     /// Acknowledges a reserved job, storing the consumer's result. With
@@ -327,6 +363,7 @@ impl DelayQueue {
         let (job, held) = self.live_job_or_stored(id).await?;
         require_reserved(&job)?;
         check_attempt(&job, attempt)?;
+        let job = if held { self.with_payload(job).await? } else { job };
         let delay = delay.unwrap_or_else(|| job.backoff(&self.settings.retry));
         if delay > self.settings.limits.max_delay {
             return Err(InvalidField::new(
@@ -434,9 +471,7 @@ impl DelayQueue {
         if job.state.is_live() {
             // The scheduler is ahead of the background journal.
             if let Ok(Some(live)) = self.scheduler.get(id).await {
-                job.state = live.state;
-                job.attempt = live.attempt;
-                job.run_at = live.run_at;
+                job = job.with_live_state(&live);
             }
         }
         let history = self.store.history(id, history_limit.min(MAX_HISTORY_LIMIT)).await?;
@@ -558,6 +593,30 @@ impl DelayQueue {
             Some(job) if job.state.is_live() => Ok(job),
             Some(ended) => Err(QueueError::WrongState { id: id.clone(), state: ended.state }),
             None => Err(QueueError::NotFound(id.clone())),
+        }
+    }
+
+    /// Returns a job the scheduler holds with its payload: as it is, from a
+    /// scheduler that holds payloads, else with the store's.
+    async fn with_payload(&self, held: Job) -> QueueResult<Job> {
+        if self.scheduler.holds_payloads() {
+            return Ok(held);
+        }
+        match self.store.get(&held.id).await? {
+            Some(stored) => Ok(stored.with_live_state(&held)),
+            None => Err(QueueError::NotFound(held.id)),
+        }
+    }
+
+    /// Returns what the store should hold after a write the scheduler refused:
+    /// the job as the scheduler holds it now (`current`), with the payload it
+    /// has, or, from a scheduler that holds none, the payload of `before`
+    /// (the job as the store held it before the write).
+    fn as_scheduled(&self, before: &Job, current: Job) -> Job {
+        if self.scheduler.holds_payloads() {
+            current
+        } else {
+            before.clone().with_live_state(&current)
         }
     }
 

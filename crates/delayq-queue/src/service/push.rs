@@ -60,7 +60,8 @@ impl DelayQueue {
             other => return other,
         }
         if let Some(held) = self.scheduler.get(&job.id).await? {
-            if held.create_time == job.create_time && held.topic == job.topic && held.body == job.body {
+            let same_body = held.body == job.body || !self.scheduler.holds_payloads();
+            if held.create_time == job.create_time && held.topic == job.topic && same_body {
                 return Ok(());
             }
             warn!(job_id = %job.id, "an ended job of the same id was still scheduled; the new push replaces it");
@@ -105,6 +106,8 @@ impl DelayQueue {
     /// Replaces a waiting job the scheduler holds (the caller holds its id's lock).
     async fn replace(&self, existing: Job, request: PushRequest, now: Timestamp) -> QueueResult<Pushed> {
         let job = self.replacement(&existing, request, now)?;
+        let existing = self.with_payload(existing).await?;
+        let _payload = self.payload_locks.lock(&job.id).await;
         self.store.replace(job.clone()).await?;
         let scheduled = match self.scheduler.replace(&job).await {
             Ok(scheduled) => scheduled,
@@ -113,7 +116,7 @@ impl DelayQueue {
                 // the store takes back the job the scheduler holds, so the
                 // refused replace changes nothing.
                 if let Some(current) = self.scheduler.get(&job.id).await? {
-                    self.store.replace(current).await?;
+                    self.store.replace(self.as_scheduled(&existing, current)).await?;
                 }
                 return Err(refused);
             }
@@ -132,6 +135,7 @@ impl DelayQueue {
     async fn replace_unscheduled(&self, existing: Job, request: PushRequest, now: Timestamp) -> QueueResult<Pushed> {
         let job = self.replacement(&existing, request, now)?;
         let _transition = self.transitions.read().await;
+        let _payload = self.payload_locks.lock(&job.id).await;
         self.store.replace(job.clone()).await?;
         match self.scheduler.replace(&job).await {
             // A load brought it meanwhile.
@@ -143,7 +147,7 @@ impl DelayQueue {
             Err(refused @ QueueError::WrongState { .. }) => {
                 // A load brought it, it fell due and a consumer took it.
                 if let Some(current) = self.scheduler.get(&job.id).await? {
-                    self.store.replace(current).await?;
+                    self.store.replace(self.as_scheduled(&existing, current)).await?;
                 }
                 return Err(refused);
             }

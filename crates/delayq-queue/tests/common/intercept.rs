@@ -87,6 +87,9 @@ impl<I: Intercept> Scheduler for Intercepted<I> {
     fn is_external(&self) -> bool {
         self.inner.is_external()
     }
+    fn holds_payloads(&self) -> bool {
+        self.inner.holds_payloads()
+    }
     async fn check_intact(&self) -> QueueResult<bool> {
         self.inner.check_intact().await
     }

@@ -112,6 +112,18 @@ impl<S: OverSql> JobStore for S {
         Ok(jobs.into_iter().next())
     }
 
+    async fn get_many(&self, ids: &[JobId]) -> Result<Vec<Job>, StoreError> {
+        // Each id once, so that no two statements return the same row.
+        let mut unique: Vec<&JobId> = ids.iter().collect();
+        unique.sort_unstable();
+        unique.dedup();
+        let mut jobs = Vec::with_capacity(unique.len());
+        for chunk in unique.chunks(reads::MAX_IDS_PER_READ) {
+            jobs.extend(self.sql().reads.jobs(JobsRead::Ids(chunk)).await?);
+        }
+        Ok(jobs)
+    }
+
     async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());

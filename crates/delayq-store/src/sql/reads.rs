@@ -2,6 +2,7 @@
 //! live jobs, the counts, the store id), on a pool of either database; each
 //! dialect gives its own statements.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use sqlx::query::Query;
 use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
 
 use super::binds::Bind;
-use super::rows::{epoch_ms, into_jobs, sql_count, state_count, JobRow, LogEntryRow, Text};
+use super::rows::{epoch_ms, into_jobs, job_columns, sql_count, state_count, JobRow, LogEntryRow, Text};
 use crate::identity::{StoreId, STORE_ID_KEY};
 use crate::store::{DueCursor, ListCursor, LogEntry, StateCount, StoreError};
 
@@ -47,6 +48,16 @@ pub(crate) enum CursorForm {
     Expanded,
 }
 
+/// Jobs by id, in both dialects: followed by one `?` per id, then `)`.
+const JOBS_BY_ID: &str = concat!("SELECT ", job_columns!(), " FROM job WHERE id IN (");
+
+/// The most ids one read takes.
+pub(crate) const MAX_IDS_PER_READ: usize = 128;
+
+/// The lengths an id list is padded to (by repeating its last id), so that a
+/// few statements serve every length and stay in the connections' caches.
+const ID_LIST_LENGTHS: [usize; 4] = [1, 8, 32, MAX_IDS_PER_READ];
+
 /// The store id a database holds: the key.
 const SELECT_STORE_ID: &str = "SELECT meta_value FROM store_meta WHERE meta_key = ?";
 
@@ -54,6 +65,8 @@ const SELECT_STORE_ID: &str = "SELECT meta_value FROM store_meta WHERE meta_key 
 pub(crate) enum JobsRead<'a> {
     /// The job with this id.
     Id(&'a JobId),
+    /// The jobs with these ids (at most [`MAX_IDS_PER_READ`]), in no order.
+    Ids(&'a [&'a JobId]),
     /// The live job of a topic with this business key.
     LiveByBizKey(&'a Topic, &'a str),
     /// Up to `limit` jobs of a topic in a state, by due time and id, after `cursor`.
@@ -80,9 +93,10 @@ impl<'a> Param<'a> {
 
 impl ReadStatements {
     /// Returns the statement of `read` and the values it takes.
-    fn jobs<'a>(&self, read: JobsRead<'a>) -> (&'static str, Vec<Param<'a>>) {
-        match read {
+    fn jobs<'a>(&self, read: JobsRead<'a>) -> (Cow<'static, str>, Vec<Param<'a>>) {
+        let (sql, params) = match read {
             JobsRead::Id(id) => (self.job, vec![Param::Text(id.as_str())]),
+            JobsRead::Ids(ids) => return jobs_by_id(ids),
             JobsRead::LiveByBizKey(topic, biz_key) => {
                 (self.live_by_biz_key, vec![Param::Text(topic.as_str()), Param::Text(biz_key)])
             }
@@ -114,8 +128,26 @@ impl ReadStatements {
                 ];
                 (self.live_jobs_due, params)
             }
-        }
+        };
+        (Cow::Borrowed(sql), params)
     }
+}
+
+/// The read of the jobs with these ids: the statement for the id list padded
+/// to the next of [`ID_LIST_LENGTHS`], and the ids.
+fn jobs_by_id<'a>(ids: &[&'a JobId]) -> (Cow<'static, str>, Vec<Param<'a>>) {
+    let length = ID_LIST_LENGTHS.into_iter().find(|length| *length >= ids.len()).unwrap_or(ids.len());
+    let mut params: Vec<Param<'a>> = ids.iter().map(|id| Param::Text(id.as_str())).collect();
+    if let Some(last) = params.last().copied() {
+        params.resize(length, last);
+    }
+    let mut sql = String::with_capacity(JOBS_BY_ID.len() + 2 * params.len());
+    sql.push_str(JOBS_BY_ID);
+    for index in 0..params.len() {
+        sql.push_str(if index == 0 { "?" } else { ",?" });
+    }
+    sql.push(')');
+    (Cow::Owned(sql), params)
 }
 
 /// A due-time bucket as an SQL integer (buckets of real instants are far below the bound).
@@ -235,7 +267,7 @@ where
 {
     async fn jobs(&self, read: JobsRead<'_>) -> Result<Vec<Job>, StoreError> {
         let (sql, params) = self.statements.jobs(read);
-        into_jobs(self.fetch(sql, &params).await?)
+        into_jobs(self.fetch(&sql, &params).await?)
     }
 
     async fn history(&self, id: &JobId, limit: usize) -> Result<Vec<LogEntry>, StoreError> {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::{Job, JobState, Timestamp};
+use delayq_common::{Job, JobId, JobState, Timestamp};
 
 use super::bounds::{
     check_counts_follow_every_change, check_history_returns_the_newest_lines, check_purge_ended, counts_of,
@@ -59,6 +59,39 @@ pub async fn check_insert_get_round_trip(store: Arc<dyn JobStore>) {
     let unknown = job_id(&unique_name("never-inserted"));
     assert_eq!(store.get(&unknown).await.expect("get"), None);
     assert!(store.history(&unknown, ALL_HISTORY).await.expect("history").is_empty());
+}
+
+/// `get_many` returns every named job that exists, once, in whatever state,
+/// through lists longer than one statement takes; an unknown id adds nothing.
+pub async fn check_get_many(store: Arc<dyn JobStore>) {
+    const JOBS: usize = 300;
+    let (_, mut jobs) = insert_new_jobs(&*store, "get-many", JOBS).await;
+    let ended = jobs[7].clone();
+    record_moves(&*store, Timestamp::now(), &[(&ended, JobState::Deleted)]).await;
+    jobs[7] = get_ok(&*store, &ended.id).await;
+    assert_eq!(jobs[7].state, JobState::Deleted);
+    let by_id = |found: Vec<Job>| {
+        let mut found: Vec<(String, Job)> = found.into_iter().map(|job| (job.id.to_string(), job)).collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        found.into_iter().map(|(_, job)| job).collect::<Vec<Job>>()
+    };
+    let mut expected = jobs.clone();
+    expected.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+    // Every length up to one past a statement's, and the whole list with an
+    // unknown id and a repeated one.
+    for length in [1, 2, 9, 33, 129] {
+        let asked: Vec<JobId> = jobs.iter().take(length).map(|job| job.id.clone()).collect();
+        let mut wanted: Vec<Job> = jobs.iter().take(length).cloned().collect();
+        wanted.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+        let found = store.get_many(&asked).await.unwrap_or_else(|error| panic!("get_many of {length}: {error}"));
+        assert_eq!(by_id(found), wanted, "get_many of {length} ids");
+    }
+    let mut asked: Vec<JobId> = jobs.iter().map(|job| job.id.clone()).collect();
+    asked.insert(150, job_id(&unique_name("never-inserted")));
+    asked.push(jobs[0].id.clone());
+    let found = store.get_many(&asked).await.unwrap_or_else(|error| panic!("get_many: {error}"));
+    assert_eq!(by_id(found), expected, "every job once, the ended one as it ended, nothing for the unknown id");
+    assert!(store.get_many(&[]).await.expect("get_many of none").is_empty());
 }
 
 /// `list` returns a topic's jobs in one state by (run_at, id), strictly after the cursor.
@@ -203,6 +236,7 @@ fn far_future() -> u64 {
 pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
     tokio::join!(
         check_insert_get_round_trip(Arc::clone(&store)),
+        check_get_many(Arc::clone(&store)),
         check_duplicate_live_id_is_refused(Arc::clone(&store)),
         check_insert_over_ended_job_continues_history(Arc::clone(&store)),
         check_history_order_within_a_batch(Arc::clone(&store)),

@@ -27,19 +27,21 @@ fn assert_consistent(state: &MemoryState) {
             continue;
         };
         held += 1;
-        let job_id = &entry.job.id;
-        assert_eq!(state.by_id.get(job_id), Some(&slot), "{job_id} is indexed by id");
-        let queue = state.topics.get(&entry.job.topic).expect("topic of a held job is filed");
+        let job_id = &entry.id;
+        assert_eq!(state.slot_of(job_id).ok(), Some(slot), "{job_id} is indexed by id");
+        let queue = state.topics.get(&*entry.topic).expect("topic of a held job is filed");
+        assert_eq!(*queue.name, *entry.topic, "the topic's shared name");
         if let Some(due) = entry.due {
             expected_timeline += 1;
-            assert_eq!(state.timeline.get(&due), Some(&slot), "timeline entry of {job_id}");
+            assert_eq!(state.timeline.get(&(due, entry.seq)), Some(&slot), "timeline entry of {job_id}");
         }
-        match entry.job.state {
+        let queued = queue.ready.iter().filter(|(_, queued)| **queued == slot).count();
+        match entry.state {
             JobState::Ready => {
-                let key = entry.ready.expect("a ready job has a ready key");
-                assert_eq!(queue.ready.get(&key), Some(&slot));
+                assert_eq!(queue.ready.get(&entry.ready_key()), Some(&slot));
+                assert_eq!(queued, 1, "{job_id} is queued once");
             }
-            _ => assert!(entry.ready.is_none(), "{job_id} is not ready but queued"),
+            _ => assert_eq!(queued, 0, "{job_id} is not ready but queued"),
         }
     }
     assert_eq!(state.by_id.len(), held, "every indexed id is held");
@@ -47,7 +49,7 @@ fn assert_consistent(state: &MemoryState) {
     let ready: usize = state.topics.values().map(|queue| queue.ready.len()).sum();
     let delay: u64 = state.topics.values().map(|queue| queue.delay).sum();
     let reserved: u64 = state.topics.values().map(|queue| queue.reserved).sum();
-    let count = |job_state| state.slots.iter().flatten().filter(|entry| entry.job.state == job_state).count();
+    let count = |job_state| state.slots.iter().flatten().filter(|entry| entry.state == job_state).count();
     assert_eq!(ready, count(JobState::Ready));
     assert_eq!(delay as usize, count(JobState::Delay));
     assert_eq!(reserved as usize, count(JobState::Reserved));
@@ -366,4 +368,26 @@ fn random_operations_keep_every_index_consistent() {
         let counted: u64 = state.stats().iter().map(|stats| stats.delay + stats.ready + stats.reserved).sum();
         assert_eq!(counted, state.by_id.len() as u64);
     }
+}
+
+#[test]
+fn a_held_job_keeps_no_payload_and_shares_its_topic() {
+    let mut state = MemoryState::default();
+    let mut full = job("j", "t", at(10));
+    full.body = "kept by the store alone".into();
+    full.subtopic = Some("eu".into());
+    full.biz_key = Some("order-1".into());
+    full.delay = Duration::from_millis(10);
+    full.retry_backoff = vec![Duration::from_millis(5)];
+    full.priority = 3;
+    full.ttl = Duration::from_millis(70);
+    state.schedule(&full, at(0)).expect("new id");
+    state.schedule(&job("k", "t", at(10)), at(0)).expect("new id");
+    let expected = Job { state: JobState::Delay, ..full.clone().without_payload() };
+    assert_eq!(state.get(&id("j")), Some(expected.clone()), "every field but the payload");
+    let promoted = state.promote(at(10), 10).changed;
+    assert_eq!(promoted.first(), Some(&Job { state: JobState::Ready, updated_at: at(10), ..expected }));
+    let names: Vec<&Arc<Topic>> = state.slots.iter().flatten().map(|entry| &entry.topic).collect();
+    assert!(names.len() == 2 && Arc::ptr_eq(names[0], names[1]), "one topic name for all its jobs");
+    assert_consistent(&state);
 }
