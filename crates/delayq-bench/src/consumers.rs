@@ -96,11 +96,16 @@ impl ReceiptLog {
 
     /// Returns `first receipt − due` in ms of every received job.
     pub(crate) fn latenesses_ms(&self) -> Vec<f64> {
+        self.latenesses_by_due().into_iter().map(|(_, lateness)| lateness).collect()
+    }
+
+    /// Returns the due time and `first receipt − due` in ms of every received job.
+    pub(crate) fn latenesses_by_due(&self) -> Vec<(u64, f64)> {
         let receipts = self.first_receipt_ms.iter().map(|receipt| receipt.load(Ordering::Relaxed));
         receipts
             .zip(&self.due_ms)
             .filter(|(received_ms, _)| *received_ms != 0)
-            .map(|(received_ms, due_ms)| received_ms as f64 - *due_ms as f64)
+            .map(|(received_ms, due_ms)| (*due_ms, received_ms as f64 - *due_ms as f64))
             .collect()
     }
 

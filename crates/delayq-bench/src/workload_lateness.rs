@@ -88,7 +88,9 @@ pub(crate) async fn run(args: &LatenessArgs, context: &RunContext, topic: &str) 
         sampler.finish(&mut metrics);
     }
     let counters = log.counters();
-    let mut latenesses = log.latenesses_ms();
+    let by_due = log.latenesses_by_due();
+    record_latest(&mut metrics, &by_due, t0_ms);
+    let mut latenesses: Vec<f64> = by_due.into_iter().map(|(_, lateness)| lateness).collect();
     metrics.set("early", latenesses.iter().filter(|lateness| **lateness < 0.0).count() as f64);
     metrics.set_distribution("lateness_ms", &mut latenesses);
     if counters.last_finish_ms > 0 {
@@ -98,4 +100,19 @@ pub(crate) async fn run(args: &LatenessArgs, context: &RunContext, topic: &str) 
     pushed.record_outcome(&mut metrics);
     metrics.valid = pushed.end_after_ms(t0_ms) < args.start_ms && pushed.stats.pushed_late == 0;
     Ok(metrics)
+}
+
+/// How many of the latest jobs [`record_latest`] names.
+const LATEST_NAMED: usize = 5;
+
+/// Records when the latest jobs were due (ms after T0) and how late each was,
+/// as `latest<k>_due_ms` and `latest<k>_ms`: lateness that comes at the same
+/// moments of every run points at what runs then.
+fn record_latest(metrics: &mut Metrics, by_due: &[(u64, f64)], t0_ms: u64) {
+    let mut latest = by_due.to_vec();
+    latest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (rank, (due_ms, lateness)) in latest.into_iter().take(LATEST_NAMED).enumerate() {
+        metrics.set(&format!("latest{}_due_ms", rank + 1), due_ms.saturating_sub(t0_ms) as f64);
+        metrics.set(&format!("latest{}_ms", rank + 1), lateness);
+    }
 }

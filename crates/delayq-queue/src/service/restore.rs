@@ -58,8 +58,7 @@ impl DelayQueue {
     async fn restore_from_store(&self, skip_overdue: bool) -> QueueResult<Restored> {
         let _loading = self.loading.lock().await;
         let window = self.open_horizon(Timestamp::now()).await?;
-        let outcome =
-            self.restore_range(DueCursor::start(), due_bucket(window.until), skip_overdue, Section::Exclusive).await?;
+        let outcome = self.restore_range(DueCursor::start(), due_bucket(window.until), skip_overdue).await?;
         self.close_horizon(&window).await?;
         Ok(outcome)
     }
@@ -86,16 +85,7 @@ impl DelayQueue {
         let added = if self.store.live_jobs_due(&from, through, 1).await?.is_empty() {
             0
         } else {
-            // Only jobs due by now can be ended by the scheduler itself, which
-            // journals it later; a shared scheduler's fence keeps out every
-            // other end. So a window wholly in the future of a shared scheduler
-            // is loaded beside the timer and the operations, not between them.
-            let section = if self.scheduler.is_external() && from.bucket > due_bucket(Timestamp::now()) {
-                Section::Fenced
-            } else {
-                Section::Exclusive
-            };
-            self.restore_range(from, through, false, section).await?.added
+            self.restore_range(from, through, false).await?.added
         };
         self.close_horizon(&window).await?;
         Ok(added)
@@ -128,23 +118,18 @@ impl DelayQueue {
     }
 
     /// Restores the live jobs of the store after `from` and up to the
-    /// due-time bucket `through`, page by page, each in the `section` given.
-    async fn restore_range(
-        &self,
-        from: DueCursor,
-        through: u64,
-        skip_overdue: bool,
-        section: Section,
-    ) -> QueueResult<Restored> {
+    /// due-time bucket `through`, page by page. Each page is read and written
+    /// behind the scheduler's fence and, unless [`DelayQueue::fenced_alone`]
+    /// says it is enough, in an exclusive section
+    /// ([`DelayQueue::exclusive_with_journal`]).
+    async fn restore_range(&self, from: DueCursor, through: u64, skip_overdue: bool) -> QueueResult<Restored> {
         let now = Timestamp::now();
         let batch = self.settings.restore_batch.max(1);
         let mut after = from;
         let mut outcome = Restored::default();
         loop {
-            let _exclusive = match section {
-                Section::Exclusive => Some(self.exclusive_with_journal().await?),
-                Section::Fenced => None,
-            };
+            let _exclusive =
+                if self.fenced_alone(after.bucket) { None } else { Some(self.exclusive_with_journal().await?) };
             // Before the read: the write skips what other nodes end after it.
             let fence = self.scheduler.open_restore().await?;
             let page = self.store.live_jobs_due(&after, through, batch).await?;
@@ -200,6 +185,17 @@ impl DelayQueue {
         Ok(ended)
     }
 
+    /// Returns whether a page of a restore from due-time bucket `bucket` on is
+    /// read and written behind the scheduler's fence alone. Only jobs due by
+    /// now can be ended by the scheduler itself (dead, expired), which
+    /// journals it later; a shared scheduler's fence keeps out every other
+    /// end. So a page wholly in the future of a shared scheduler (with a
+    /// margin for the clocks of other nodes) is restored beside the timer and
+    /// the operations, not between them.
+    fn fenced_alone(&self, bucket: u64) -> bool {
+        self.scheduler.is_external() && bucket > due_bucket(Timestamp::now().plus(CLOCK_MARGIN))
+    }
+
     /// Takes [`DelayQueue::transitions`] exclusively and flushes the journal:
     /// while the guard lives, the store holds every change this process made
     /// (timer rounds included) and none is under way.
@@ -225,16 +221,9 @@ impl DelayQueue {
     }
 }
 
-/// How a page of a restore keeps out the operations that end jobs.
-#[derive(Clone, Copy)]
-enum Section {
-    /// While no operation of this process that ends or moves a job is under
-    /// way, after the journal is flushed ([`DelayQueue::exclusive_with_journal`]),
-    /// and behind the scheduler's fence.
-    Exclusive,
-    /// Behind the scheduler's fence alone.
-    Fenced,
-}
+/// How far another node's clock may be ahead of this one's, for
+/// [`DelayQueue::fenced_alone`].
+const CLOCK_MARGIN: Duration = Duration::from_secs(1);
 
 /// The end of what a restore or a load reads, and whether it moves the
 /// scheduler's horizon marks.
