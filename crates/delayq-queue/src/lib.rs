@@ -10,6 +10,7 @@
 //! - [`timer`]: the loop that promotes due jobs.
 //! - [`recovery`]: the leader's loop that restores a scheduler that lost its
 //!   data and reconciles it with the store.
+//! - `combine`: calls that arrive together sent to a backend together.
 //! - [`failpoint`]: crash points for tests (debug builds only).
 //! - [`metrics`]: the metric names.
 //! - `testsuite` (feature `testsuite`): the conformance suite every backend runs.
@@ -20,6 +21,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
 )]
 
+mod combine;
 pub mod error;
 pub mod failpoint;
 pub mod horizon;

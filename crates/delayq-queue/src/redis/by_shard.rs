@@ -1,6 +1,6 @@
 //! Calls by shard: the jobs of one operation grouped by the shard of each id,
 //! one script call per shard (and chunk) all at once, and the per-job outcomes
-//! put back in the caller's order. The combiners (`combine`) send their
+//! put back in the caller's order. The combiners (`crate::combine`) send their
 //! batches of schedules, removals and reads through here.
 
 use delayq_common::{Job, JobId, Timestamp};
@@ -9,10 +9,10 @@ use std::future::Future;
 use futures::future::join_all;
 
 use super::codec::CodecError;
-use super::combine::Group;
 use super::connection::unavailable;
 use super::keys::{self, ShardKeys};
 use super::runner::{Added, Removal, ScriptRunner};
+use crate::combine::Group;
 use crate::error::{QueueError, QueueResult};
 
 /// The most jobs one schedule script call carries.
@@ -25,6 +25,7 @@ pub(super) const GET_CHUNK: usize = 256;
 pub(super) struct Schedules;
 
 impl Group for Schedules {
+    type Sender = ScriptRunner;
     type Request = Job;
     type Outcome = ();
 
@@ -40,6 +41,7 @@ impl Group for Schedules {
 pub(super) struct Removals;
 
 impl Group for Removals {
+    type Sender = ScriptRunner;
     type Request = (JobId, Removal);
     type Outcome = Job;
 
@@ -55,6 +57,7 @@ impl Group for Removals {
 pub(super) struct Gets;
 
 impl Group for Gets {
+    type Sender = ScriptRunner;
     type Request = JobId;
     type Outcome = Option<Job>;
 

@@ -29,9 +29,9 @@
 //! - `connection`: standalone or cluster connection and call timeouts;
 //! - `keys`: key names, shard of an id, id encoding; `codec`: the job record;
 //! - `scripts` and `lua/`: the transitions; `runner`: one script call per shard;
-//! - `combine`: single schedules, finishes and deletes, and reads that arrive
-//!   together, sent as one batch; `by_shard`: a batch cut into one script call
-//!   per shard, the outcomes put back in order;
+//! - `by_shard`: single schedules, finishes and deletes, and reads that arrive
+//!   together ([`crate::combine`]), each batch cut into one script call per
+//!   shard, the outcomes put back in order;
 //! - `reserve`: cross-shard pop and long-poll; `notify`: pub/sub signals between nodes;
 //! - `reply`: reading script replies;
 //! - `nodes`: the registry of the nodes on a prefix (`<prefix>:nodes`), which
@@ -39,7 +39,6 @@
 
 mod by_shard;
 mod codec;
-mod combine;
 mod connection;
 mod keys;
 mod nodes;
@@ -61,12 +60,12 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use self::by_shard::{chunks_by_shard, remove_jobs, schedule_jobs, Gets, Removals, Schedules, SCHEDULE_CHUNK};
-use self::combine::Combiner;
 use self::connection::{unavailable, RedisConnection, TimedOut};
 use self::keys::ShardKeys;
 pub use self::nodes::{ForeignNode, JoinError, NodeRegistry, NodeRegistryOptions};
 use self::notify::{Channels, Signals};
 use self::runner::{Removal, ScriptRunner};
+use crate::combine::Combiner;
 use crate::error::{QueueError, QueueResult};
 use crate::scheduler::{HorizonMarks, MemoryUse, Promotion, RestoreFence, Scheduler, TopicStats};
 

@@ -10,7 +10,7 @@ use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use redis::{Script, ScriptInvocation, Value};
 
 use super::codec::{self, CodecError};
-use super::connection::{bounded, unavailable, RedisConnection};
+use super::connection::{bounded, unavailable, RedisConnection, TimedOut};
 use super::keys::{self, ShardKeys};
 use super::notify::Signals;
 use super::reply::{self, Status};
@@ -33,7 +33,7 @@ pub(super) enum Added {
 }
 
 /// Shared state of one Redis scheduler instance.
-pub(super) struct ScriptRunner {
+pub(crate) struct ScriptRunner {
     pub(super) connection: RedisConnection,
     pub(super) scripts: Scripts,
     pub(super) shards: Vec<ShardKeys>,
@@ -501,4 +501,18 @@ fn push_job_args(
     record.clear();
     codec::encode_record(job, state, topic_code, record);
     invocation.arg(keys::encode_id(&job.id)).arg(job.topic.as_str()).arg(record.as_slice()).arg(score).arg(expiry);
+}
+
+impl crate::combine::Sender for ScriptRunner {
+    fn deadline(&self) -> Duration {
+        self.timeout
+    }
+
+    fn timed_out(&self) -> QueueError {
+        unavailable(TimedOut(self.timeout))
+    }
+
+    fn stopped(&self) -> QueueError {
+        unavailable("the task sending to Redis stopped")
+    }
 }

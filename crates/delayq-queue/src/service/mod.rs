@@ -23,7 +23,8 @@
 //!
 //! Layout: this module holds the service, its settings and answers, and the
 //! operations on one job; `push` the single push and replace, `batch` the batch
-//! push's pipeline, `restore` restore, reconciliation and clearAll.
+//! push's pipeline, `payloads` the reads of popped jobs' payloads, `restore`
+//! restore, reconciliation and clearAll.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,8 @@ use futures::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::{mpsc, Mutex, RwLock, RwLockWriteGuard, Semaphore};
 use tracing::{info, instrument, warn};
 
+use self::payloads::{PayloadStore, Payloads};
+use crate::combine::Combiner;
 use crate::error::{QueueError, QueueResult};
 use crate::failpoint;
 use crate::horizon::{HorizonStatus, HORIZON_OFF};
@@ -46,6 +49,7 @@ use crate::metrics as queue_metrics;
 use crate::scheduler::{check_attempt, HorizonMarks, Promotion, Scheduler, TopicStats};
 
 mod batch;
+mod payloads;
 mod push;
 mod restore;
 
@@ -190,6 +194,8 @@ pub struct DelayQueue {
     /// reserved ([`Scheduler::holds_payloads`]): a consumer never gets the
     /// payload of a replace that was refused because it reserved the job.
     payload_locks: IdLocks,
+    /// The reads of payloads of the pops that arrive together.
+    payloads: Arc<Combiner<Payloads>>,
     /// Held shared by every push across its store and scheduler writes, and
     /// exclusively by clearAll: a push is either wholly before the clear (and
     /// cleared) or wholly after it (and kept), never stored live and then
@@ -215,6 +221,7 @@ impl DelayQueue {
     ) -> DelayQueue {
         let waiters = Semaphore::new(settings.max_waiters);
         let horizon_status = HorizonStatus::new(settings.horizon);
+        let payloads = Arc::new(Combiner::new(Arc::new(PayloadStore { store: Arc::clone(&store) })));
         DelayQueue {
             scheduler,
             store,
@@ -223,6 +230,7 @@ impl DelayQueue {
             transitions: RwLock::new(()),
             id_locks: IdLocks::new(),
             payload_locks: IdLocks::new(),
+            payloads,
             pushes: RwLock::new(()),
             waiters,
             loading: Mutex::new(()),
@@ -301,7 +309,7 @@ impl DelayQueue {
         let ids: Vec<JobId> = reserved.iter().map(|job| job.id.clone()).collect();
         let mut stored: std::collections::HashMap<JobId, Job> = {
             let _payloads = self.payload_locks.lock_all(&ids).await;
-            self.store.get_many(&ids).await?.into_iter().map(|job| (job.id.clone(), job)).collect()
+            self.payloads.call(ids).await?.into_iter().map(|job| (job.id.clone(), job)).collect()
         };
         let mut whole = Vec::with_capacity(reserved.len());
         for job in reserved {
