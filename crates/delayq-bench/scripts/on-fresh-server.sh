@@ -8,6 +8,8 @@
 # target/release/delayq-bench); any DELAYQ_* variable (e.g. DELAYQ_REDIS_URL) is
 # passed to the server. --server and --server-pid are filled in, and
 # DELAYQ_BENCH_GRPC_SERVER is set to the server's gRPC address (for --transport grpc).
+# With DELAYQ_BENCH_SERVER_LOG set, the server's output is kept there (e.g. with
+# RUST_LOG=warn,delayq_queue=debug, to see when loads and reconciliations ran).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
@@ -23,6 +25,9 @@ server_pid=$!
 cleanup() {
   kill "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true
+  if [ -n "${DELAYQ_BENCH_SERVER_LOG:-}" ]; then
+    cat "$server_out" "$data_dir/server.err" >"$DELAYQ_BENCH_SERVER_LOG" 2>/dev/null || true
+  fi
   rm -rf "$data_dir"
 }
 trap cleanup EXIT
