@@ -84,8 +84,14 @@ impl RetryPolicy {
 impl Job {
     /// Returns whether another delivery is allowed after the current attempt.
     pub fn has_retries_left(&self) -> bool {
+        Job::retries_left(self.attempt, self.max_retries)
+    }
+
+    /// Returns whether a job on delivery `attempt` that allows `max_retries`
+    /// may be delivered again ([`Job::has_retries_left`], for a holder of the two numbers alone).
+    pub fn retries_left(attempt: u32, max_retries: u32) -> bool {
         // attempt counts deliveries (1-based); retries used so far = attempt - 1.
-        self.attempt.saturating_sub(1) < self.max_retries
+        attempt.saturating_sub(1) < max_retries
     }
 
     /// Returns the delay before the next redelivery after a nack of the current attempt.
@@ -101,7 +107,13 @@ impl Job {
 
     /// Returns when this job expires if it is still unpopped, if it has a ttl.
     pub fn expires_at(&self) -> Option<Timestamp> {
-        (!self.ttl.is_zero()).then(|| self.run_at.plus(self.ttl))
+        Job::expiry(self.run_at, self.ttl)
+    }
+
+    /// Returns when a job due at `run_at` with `ttl` expires if still unpopped
+    /// ([`Job::expires_at`], for a holder of the two values alone).
+    pub fn expiry(run_at: Timestamp, ttl: Duration) -> Option<Timestamp> {
+        (!ttl.is_zero()).then(|| run_at.plus(ttl))
     }
 
     /// Returns the job without its payload: the body, subtopic, business key,

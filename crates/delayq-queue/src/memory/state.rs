@@ -97,7 +97,7 @@ impl Entry {
     }
 
     fn has_retries_left(&self) -> bool {
-        self.attempt.saturating_sub(1) < self.max_retries
+        Job::retries_left(self.attempt, self.max_retries)
     }
 
     fn ready_key(&self) -> ReadyKey {
@@ -473,7 +473,7 @@ impl MemoryState {
             JobState::Ready => {
                 queue.ready.insert(entry.ready_key(), slot);
                 self.wakes.topics.push(Arc::clone(&queue.signal));
-                (!entry.ttl.is_zero()).then(|| entry.run_at.plus(entry.ttl))
+                Job::expiry(entry.run_at, entry.ttl)
             }
             JobState::Reserved => {
                 queue.reserved += 1;
