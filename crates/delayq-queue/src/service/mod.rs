@@ -307,13 +307,13 @@ impl DelayQueue {
     /// the job was reserved meanwhile has put the old payload back first.
     async fn with_payloads(&self, reserved: Vec<Job>) -> QueueResult<Vec<Job>> {
         let ids: Vec<JobId> = reserved.iter().map(|job| job.id.clone()).collect();
-        let mut stored: std::collections::HashMap<JobId, Job> = {
+        let stored = {
             let _payloads = self.payload_locks.lock_all(&ids).await;
-            self.payloads.call(ids).await?.into_iter().map(|job| (job.id.clone(), job)).collect()
+            self.payloads.call(ids).await?
         };
         let mut whole = Vec::with_capacity(reserved.len());
-        for job in reserved {
-            match stored.remove(&job.id) {
+        for (job, stored) in reserved.into_iter().zip(stored) {
+            match stored {
                 Some(row) => whole.push(row.with_live_state(&job)),
                 None => {
                     warn!(job_id = %job.id, "a reserved job has no row in the store; it is not delivered");

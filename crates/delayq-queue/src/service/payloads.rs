@@ -41,19 +41,20 @@ impl Sender for PayloadStore {
 }
 
 /// The reads of the pops that arrive together: each asks for the stored
-/// jobs of the ids it reserved and gets those the store has.
+/// jobs of the ids it reserved and gets, for each id in its order, the job
+/// the store has (`None` where it has none).
 pub(super) struct Payloads;
 
 impl Group for Payloads {
     type Sender = PayloadStore;
     type Request = Vec<JobId>;
-    type Outcome = Vec<Job>;
+    type Outcome = Vec<Option<Job>>;
 
-    async fn send(sender: &PayloadStore, requests: &[Vec<JobId>]) -> QueueResult<Vec<QueueResult<Vec<Job>>>> {
+    async fn send(sender: &PayloadStore, requests: &[Vec<JobId>]) -> QueueResult<Vec<QueueResult<Vec<Option<Job>>>>> {
         let ids: Vec<JobId> = requests.iter().flatten().cloned().collect();
         let mut stored: HashMap<JobId, Job> =
             sender.store.get_many(&ids).await?.into_iter().map(|job| (job.id.clone(), job)).collect();
         // A job is reserved by one pop only, so each id is asked for once.
-        Ok(requests.iter().map(|ids| Ok(ids.iter().filter_map(|id| stored.remove(id)).collect())).collect())
+        Ok(requests.iter().map(|ids| Ok(ids.iter().map(|id| stored.remove(id)).collect())).collect())
     }
 }
