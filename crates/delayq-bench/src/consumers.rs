@@ -8,7 +8,7 @@
 //! delays the next pop; that measures delivery alone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use delayq_rpc::pb::v1::PopRequest;
@@ -44,6 +44,8 @@ pub(crate) struct ReceiptLog {
     last_finish_ms: AtomicU64,
     /// The summed latency of the successful finishes, in µs.
     finish_us: AtomicU64,
+    /// The slowest successful finish: its latency in µs and the epoch ms it was sent.
+    slowest_finish: Mutex<(u64, u64)>,
     stopped: AtomicBool,
     started_slots: AtomicUsize,
     all_received: Notify,
@@ -65,6 +67,7 @@ impl ReceiptLog {
             finish_errors: AtomicU64::new(0),
             last_finish_ms: AtomicU64::new(0),
             finish_us: AtomicU64::new(0),
+            slowest_finish: Mutex::new((0, 0)),
             stopped: AtomicBool::new(false),
             started_slots: AtomicUsize::new(0),
             all_received: Notify::new(),
@@ -122,6 +125,7 @@ impl ReceiptLog {
             finish_errors: self.finish_errors.load(Ordering::Relaxed),
             last_finish_ms: self.last_finish_ms.load(Ordering::Relaxed),
             finish_us: self.finish_us.load(Ordering::Relaxed),
+            slowest_finish: *self.slowest_finish.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
         }
     }
 }
@@ -149,6 +153,8 @@ pub(crate) struct ReceiptCounters {
     pub(crate) last_finish_ms: u64,
     /// The summed latency of the successful finishes, in µs.
     pub(crate) finish_us: u64,
+    /// The slowest successful finish: its latency in µs and the epoch ms it was sent.
+    pub(crate) slowest_finish: (u64, u64),
 }
 
 impl ReceiptCounters {
@@ -343,10 +349,16 @@ async fn finish_slot(consumer: Consumer, mut queue: UnboundedReceiver<String>, l
 
 async fn finish_one(consumer: &Consumer, job_id: String, log: &ReceiptLog) {
     let sent_at = std::time::Instant::now();
+    let sent_ms = now_ms();
     match consumer.finish(job_id).await {
         Ok(true) => {
             let micros = u64::try_from(sent_at.elapsed().as_micros()).unwrap_or(u64::MAX);
             log.finish_us.fetch_add(micros, Ordering::Relaxed);
+            let mut slowest = log.slowest_finish.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if micros > slowest.0 {
+                *slowest = (micros, sent_ms);
+            }
+            drop(slowest);
             log.finished.fetch_add(1, Ordering::Relaxed);
             log.last_finish_ms.fetch_max(now_ms(), Ordering::Relaxed);
         }

@@ -96,6 +96,12 @@ pub(crate) async fn run(args: &LatenessArgs, context: &RunContext, topic: &str) 
     if counters.last_finish_ms > 0 {
         metrics.set("finish_end_ms", counters.last_finish_ms.saturating_sub(t0_ms) as f64);
     }
+    let (slowest_us, slowest_sent_ms) = counters.slowest_finish;
+    if slowest_us > 0 {
+        // A strict consumer pops nothing while it finishes: a slow finish is lateness.
+        metrics.set("finish_latency_ms_max", slowest_us as f64 / 1000.0);
+        metrics.set("finish_slowest_sent_ms", slowest_sent_ms.saturating_sub(t0_ms) as f64);
+    }
     pushed.record_end(&mut metrics, t0_ms);
     pushed.record_outcome(&mut metrics);
     metrics.valid = pushed.end_after_ms(t0_ms) < args.start_ms && pushed.stats.pushed_late == 0;
