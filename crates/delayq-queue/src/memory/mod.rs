@@ -26,6 +26,7 @@
 //! ended job; a `reserve` may still hand out a ready job whose ttl passed but
 //! that the timer has not expired yet.
 
+mod entry;
 mod state;
 mod topic;
 

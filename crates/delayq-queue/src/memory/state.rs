@@ -20,6 +20,7 @@ use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use hashbrown::HashTable;
 use tokio::sync::Notify;
 
+use super::entry::Entry;
 use super::topic::TopicQueue;
 use crate::error::{QueueError, QueueResult};
 use crate::scheduler::{check_attempt_of, reservation_deadline, waiting_state, HorizonMarks, Promotion, TopicStats};
@@ -30,80 +31,6 @@ pub(super) type Slot = usize;
 type DueKey = (Timestamp, u64);
 /// A place in a ready queue: priority first, then due time, then arrival (FIFO).
 pub(super) type ReadyKey = (u8, Timestamp, u64);
-
-/// What the scheduler keeps of one live job, and where it is filed.
-struct Entry {
-    id: JobId,
-    /// Shared with every job of the topic ([`TopicQueue::name`]).
-    topic: Arc<Topic>,
-    create_time: Timestamp,
-    run_at: Timestamp,
-    updated_at: Timestamp,
-    ttr: Duration,
-    ttl: Duration,
-    attempt: u32,
-    max_retries: u32,
-    priority: u8,
-    state: JobState,
-    /// Its one pending instant in the timeline: `run_at` when delayed, the
-    /// ttl expiry when ready (if it has a ttl), the ttr deadline when reserved.
-    due: Option<Timestamp>,
-    /// The sequence number of its filing, which makes its keys unique: it is
-    /// at `(due, seq)` in the timeline, and at `(priority, run_at, seq)` in
-    /// its topic's ready queue while ready.
-    seq: u64,
-}
-
-impl Entry {
-    fn new(job: &Job, topic: Arc<Topic>) -> Entry {
-        Entry {
-            id: job.id.clone(),
-            topic,
-            create_time: job.create_time,
-            run_at: job.run_at,
-            updated_at: job.updated_at,
-            ttr: job.ttr,
-            ttl: job.ttl,
-            attempt: job.attempt,
-            max_retries: job.max_retries,
-            priority: job.priority,
-            state: job.state,
-            due: None,
-            seq: 0,
-        }
-    }
-
-    /// Returns the job as held, without its payload.
-    fn job(&self) -> Job {
-        Job {
-            id: self.id.clone(),
-            topic: Topic::clone(&self.topic),
-            subtopic: None,
-            body: String::new(),
-            biz_key: None,
-            create_time: self.create_time,
-            delay: Duration::ZERO,
-            run_at: self.run_at,
-            ttr: self.ttr,
-            priority: self.priority,
-            max_retries: self.max_retries,
-            retry_backoff: Vec::new(),
-            ttl: self.ttl,
-            attempt: self.attempt,
-            state: self.state,
-            result: None,
-            updated_at: self.updated_at,
-        }
-    }
-
-    fn has_retries_left(&self) -> bool {
-        Job::retries_left(self.attempt, self.max_retries)
-    }
-
-    fn ready_key(&self) -> ReadyKey {
-        (self.priority, self.run_at, self.seq)
-    }
-}
 
 /// The whole in-process scheduler state.
 #[derive(Default)]

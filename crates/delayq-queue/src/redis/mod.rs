@@ -28,7 +28,9 @@
 //! Layout of this module:
 //! - `connection`: standalone or cluster connection and call timeouts;
 //! - `keys`: key names, shard of an id, id encoding; `codec`: the job record;
+//! - `options`: the prefix, shard count and call bound;
 //! - `scripts` and `lua/`: the transitions; `runner`: one script call per shard;
+//!   `topic_codes`: the code each shard gave each topic, as last heard;
 //! - `by_shard`: single schedules, finishes and deletes, and reads that arrive
 //!   together ([`crate::combine`]), each batch cut into one script call per
 //!   shard, the outcomes put back in order;
@@ -43,10 +45,12 @@ mod connection;
 mod keys;
 mod nodes;
 mod notify;
+mod options;
 mod reply;
 mod reserve;
 mod runner;
 mod scripts;
+mod topic_codes;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -64,47 +68,16 @@ use self::connection::{unavailable, RedisConnection, TimedOut};
 use self::keys::ShardKeys;
 pub use self::nodes::{ForeignNode, JoinError, NodeRegistry, NodeRegistryOptions};
 use self::notify::{Channels, Signals};
+pub use self::options::{
+    RedisSchedulerOptions, DEFAULT_SHARDS_PER_MASTER, DEFAULT_STANDALONE_SHARDS, MAX_SHARDS, MIN_CLUSTER_SHARDS,
+};
 use self::runner::{Removal, ScriptRunner};
 use crate::combine::Combiner;
 use crate::error::{QueueError, QueueResult};
 use crate::scheduler::{HorizonMarks, MemoryUse, Promotion, RestoreFence, Scheduler, TopicStats};
 
-/// The shard count of a standalone Redis when none is configured. Redis runs
-/// scripts one at a time, so more shards there buy no parallelism; fewer mean
-/// more jobs per script call (pushes, timer rounds and pops visit every shard)
-/// (docs/design.md, "One shard on a standalone Redis").
-pub const DEFAULT_STANDALONE_SHARDS: usize = 1;
-/// Shards per cluster master when none is configured.
-pub const DEFAULT_SHARDS_PER_MASTER: usize = 8;
-/// The fewest shards of a cluster when none is configured.
-pub const MIN_CLUSTER_SHARDS: usize = 16;
-/// The most shards allowed.
-pub const MAX_SHARDS: usize = delayq_common::defaults::MAX_REDIS_SHARDS;
 /// The most rounds of shard calls one `promote_due` makes to fill its batch.
 const MAX_PROMOTE_ROUNDS: usize = 4;
-
-/// How the Redis scheduler lays out its keys and bounds its calls.
-#[derive(Clone, Debug)]
-pub struct RedisSchedulerOptions {
-    /// The prefix of every key and channel; nodes sharing one queue use the same.
-    pub prefix: String,
-    /// The number of shards (delay buckets). `None`: 1 on a standalone Redis,
-    /// 8 per master in a cluster (at least 16). The first node to use a prefix
-    /// records its count in Redis and later nodes adopt it.
-    pub shards: Option<usize>,
-    /// The longest one Redis call may take before it fails as unavailable.
-    pub timeout: Duration,
-}
-
-impl Default for RedisSchedulerOptions {
-    fn default() -> RedisSchedulerOptions {
-        RedisSchedulerOptions {
-            prefix: delayq_common::defaults::DEFAULT_REDIS_PREFIX.to_owned(),
-            shards: None,
-            timeout: Duration::from_secs(1),
-        }
-    }
-}
 
 /// The scheduler on Redis; see the module docs for the layout.
 pub struct RedisScheduler {

@@ -1,9 +1,8 @@
 //! The calls of the Redis scheduler on one shard: each is one script run
 //! (atomic in Redis), with its arguments built and its reply read here.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
@@ -15,11 +14,9 @@ use super::keys::{self, ShardKeys};
 use super::notify::Signals;
 use super::reply::{self, Status};
 use super::scripts::Scripts;
+use super::topic_codes::TopicCodes;
 use crate::error::{QueueError, QueueResult};
 use crate::scheduler::{reservation_deadline, waiting_state};
-
-/// Topic codes one shard's cache holds at most; past that, it starts over.
-const CACHED_TOPIC_CODES: usize = 4096;
 
 /// What a schedule call did with one job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,20 +43,8 @@ pub(crate) struct ScriptRunner {
     rotation: AtomicUsize,
     /// The leader epoch promote rounds carry (0: none).
     pub(super) fence: AtomicU64,
-    /// By shard: the code the shard gave each topic, as schedule.lua last
-    /// told. A call whose topics all have one sends records that carry it,
-    /// which saves the script two copies of each record. Such a code can be
-    /// stale (a shard frees a topic's code with its last job); schedule.lua
-    /// checks each against the shard and replaces a stale one, so nothing
-    /// here is trusted unchecked. Nothing maps codes back to names on this
-    /// side: scripts reply with topic names.
-    topic_codes: Vec<Mutex<HashMap<String, u64>>>,
-}
-
-/// The topic codes of one schedule call: each distinct topic's, and each job's.
-struct CallCodes<'a> {
-    topics: Vec<(&'a str, u64)>,
-    jobs: Vec<u64>,
+    /// The code each shard gave each topic ([`TopicCodes`]).
+    topic_codes: TopicCodes,
 }
 
 /// Where jobs handed to the schedule script come from.
@@ -89,7 +74,7 @@ impl ScriptRunner {
         timeout: Duration,
         signals: Arc<Signals>,
     ) -> ScriptRunner {
-        let topic_codes = shards.iter().map(|_| Mutex::new(HashMap::new())).collect();
+        let topic_codes = TopicCodes::new(shards.len());
         ScriptRunner {
             connection,
             scripts: Scripts::new(),
@@ -166,7 +151,7 @@ impl ScriptRunner {
     /// One schedule call: with the topic codes this node knows when it knows
     /// every topic's, which the script checks (and corrects, telling us).
     async fn add(&self, shard: &ShardKeys, jobs: &[&Job], now: Timestamp, arrival: Arrival) -> QueueResult<Vec<Added>> {
-        let codes = self.cached_codes(shard, jobs);
+        let codes = self.topic_codes.cached(shard, jobs);
         let codes = codes.as_ref();
         let mut invocation = self.invocation(&self.scripts.schedule, shard, now);
         let fence = match arrival {
@@ -189,7 +174,7 @@ impl ScriptRunner {
             let mut items = reply::array(reply)?.into_iter();
             let added = reply::array(reply::next(&mut items)?)?;
             self.apply_signals(shard, &mut items)?;
-            self.learn_codes(shard, reply::array(reply::next(&mut items)?)?)?;
+            self.topic_codes.learn(shard, reply::array(reply::next(&mut items)?)?)?;
             added
                 .iter()
                 .map(|flag| match reply::int(flag)? {
@@ -205,48 +190,6 @@ impl ScriptRunner {
             return Err(unavailable(CodecError("reply")));
         }
         Ok(added)
-    }
-
-    /// The codes of every topic of `jobs` when this node knows them all.
-    fn cached_codes<'a>(&self, shard: &ShardKeys, jobs: &[&'a Job]) -> Option<CallCodes<'a>> {
-        let known = self.codes_of(shard);
-        let mut codes = CallCodes { topics: Vec::new(), jobs: Vec::with_capacity(jobs.len()) };
-        for job in jobs {
-            let topic = job.topic.as_str();
-            let code = match codes.topics.iter().find(|(seen, _)| *seen == topic) {
-                Some(&(_, code)) => code,
-                None => {
-                    let code = *known.get(topic)?;
-                    codes.topics.push((topic, code));
-                    code
-                }
-            };
-            codes.jobs.push(code);
-        }
-        Some(codes)
-    }
-
-    /// Keeps the `topic, code, ...` pairs a schedule call returned.
-    fn learn_codes(&self, shard: &ShardKeys, pairs: Vec<Value>) -> Result<(), CodecError> {
-        if pairs.is_empty() {
-            return Ok(());
-        }
-        let mut known = self.codes_of(shard);
-        let mut pairs = pairs.into_iter();
-        while let Some(topic) = pairs.next() {
-            let topic = String::from_utf8(reply::bytes(topic)?).map_err(|_| CodecError("topic"))?;
-            let code = u64::try_from(reply::int(&reply::next(&mut pairs)?)?).map_err(|_| CodecError("topic code"))?;
-            if known.len() >= CACHED_TOPIC_CODES && !known.contains_key(&topic) {
-                known.clear();
-            }
-            known.insert(topic, code);
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::indexing_slicing, reason = "`topic_codes` has one map per shard, in the order of `shards`")]
-    fn codes_of(&self, shard: &ShardKeys) -> MutexGuard<'_, HashMap<String, u64>> {
-        self.topic_codes[shard.index].lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Swaps a waiting job for `job`; returns it as scheduled.

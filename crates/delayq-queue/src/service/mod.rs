@@ -24,17 +24,16 @@
 //! Layout: this module holds the service, its settings and answers, and the
 //! operations on one job; `push` the single push and replace, `batch` the batch
 //! push's pipeline, `payloads` the reads of popped jobs' payloads, `restore`
-//! restore, reconciliation and clearAll.
+//! restore, reconciliation and clearAll, `settings` its knobs and bounds,
+//! `stats` the counts of `/stats`.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::{
-    InvalidField, Job, JobDefaults, JobId, JobState, Limits, PushRequest, RetryPolicy, Snowflake, Timestamp, Topic,
-};
-use delayq_store::{bucket_end, due_bucket, DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount};
+use delayq_common::{InvalidField, Job, JobId, JobState, PushRequest, Snowflake, Timestamp, Topic};
+use delayq_store::{bucket_end, due_bucket, DueCursor, JobStore, ListCursor, LogEntry, StateChange};
 use futures::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::{mpsc, Mutex, RwLock, RwLockWriteGuard, Semaphore};
 use tracing::{info, instrument, warn};
@@ -46,71 +45,21 @@ use crate::failpoint;
 use crate::horizon::{HorizonStatus, HORIZON_OFF};
 use crate::id_locks::IdLocks;
 use crate::metrics as queue_metrics;
-use crate::scheduler::{check_attempt, HorizonMarks, Promotion, Scheduler, TopicStats};
+use crate::scheduler::{check_attempt, Promotion, Scheduler};
 
 mod batch;
 mod payloads;
 mod push;
 mod restore;
+mod settings;
+mod stats;
 
-/// The history lines `GET /jobs/{id}` shows unless asked for another number.
-pub const DEFAULT_HISTORY_LIMIT: usize = 100;
-/// The most history lines one lookup returns.
-pub const MAX_HISTORY_LIMIT: usize = 1_000;
-/// The most jobs one pop may return.
-pub const MAX_POP_COUNT: usize = 100;
-/// The longest a pop may wait.
-pub const MAX_POP_WAIT: Duration = Duration::from_secs(30);
-/// The most jobs one batch push may carry.
-pub const MAX_BATCH_PUSH: usize = 1000;
-/// The knobs of the queue that come from configuration.
-#[derive(Clone, Debug)]
-pub struct QueueSettings {
-    /// Size limits of a push.
-    pub limits: Limits,
-    /// Values for options a push leaves out.
-    pub defaults: JobDefaults,
-    /// The nack backoff of jobs that carry none.
-    pub retry: RetryPolicy,
-    /// The most jobs one timer round promotes.
-    pub promote_batch: usize,
-    /// How many jobs restore reads from the store at a time.
-    pub restore_batch: usize,
-    /// The most pops that may wait for jobs at once.
-    pub max_waiters: usize,
-    /// How far ahead the scheduler holds delayed jobs ([`crate::horizon`]);
-    /// `None`: every job, however far off.
-    pub horizon: Option<Duration>,
-}
-
-/// A count of the store that took this long or longer is reused for a while.
-const SLOW_COUNT: Duration = Duration::from_millis(500);
-/// How many times the time a slow count took it is reused for.
-const SLOW_COUNT_REUSE: u32 = 10;
-
-/// The last count of the store, when it was taken, and how long it took.
-struct StoredCounts {
-    counts: Vec<StateCount>,
-    at: tokio::time::Instant,
-    took: Duration,
-}
-
-/// The default of [`QueueSettings::max_waiters`].
-pub const DEFAULT_MAX_WAITERS: usize = 4096;
-
-impl Default for QueueSettings {
-    fn default() -> QueueSettings {
-        QueueSettings {
-            limits: Limits::default(),
-            defaults: JobDefaults::default(),
-            retry: RetryPolicy::default(),
-            promote_batch: 1000,
-            restore_batch: 1000,
-            max_waiters: DEFAULT_MAX_WAITERS,
-            horizon: None,
-        }
-    }
-}
+pub use self::settings::{
+    QueueSettings, DEFAULT_HISTORY_LIMIT, DEFAULT_MAX_WAITERS, MAX_BATCH_PUSH, MAX_HISTORY_LIMIT, MAX_POP_COUNT,
+    MAX_POP_WAIT,
+};
+use self::stats::StoredCounts;
+pub use self::stats::{HorizonStats, QueueStats};
 
 /// What a successful push returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,41 +86,6 @@ pub struct JobPage {
     pub jobs: Vec<Job>,
     /// Where the next page starts, when this one was full.
     pub next: Option<ListCursor>,
-}
-
-/// Counts for `/stats`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueueStats {
-    /// Live jobs per topic, from the scheduler; with a horizon, the jobs only
-    /// the store holds (due beyond it) are counted as delayed too.
-    pub live: Vec<TopicStats>,
-    /// Jobs per topic and state, from the store.
-    pub stored: Vec<StateCount>,
-    /// The scheduler backend.
-    pub scheduler: &'static str,
-    /// The store backend.
-    pub store: &'static str,
-    /// Where the horizon stands, when there is one (or the scheduler still has marks of one).
-    pub horizon: Option<HorizonStats>,
-}
-
-/// Where the horizon stands, for `/stats` and `/metrics`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HorizonStats {
-    /// The span the leader loads ahead now (shrunk under memory pressure),
-    /// as this node knows it; `None` when the horizon is off here.
-    pub span: Option<Duration>,
-    /// Pushes due by this instant are scheduled at once.
-    pub admitted_until: Timestamp,
-    /// Every live job due by this instant is in the scheduler; `None` until the first load.
-    pub loaded_until: Option<Timestamp>,
-    /// Live jobs the scheduler holds.
-    pub hot: u64,
-    /// Live jobs only the store holds (due beyond the loaded mark).
-    pub cold: u64,
-    /// How far the loaded mark is behind `now + span`: more than a loader
-    /// step means the loader falls behind.
-    pub lag: Duration,
 }
 
 /// The delay queue: push, pop, finish, nack, touch, delete, restore, ...
@@ -296,32 +210,6 @@ impl DelayQueue {
         } else {
             self.with_payloads(jobs).await
         }
-    }
-
-    /// Returns the reserved jobs with their payloads, read from the store
-    /// (for a scheduler that does not hold them), in the same order. The store
-    /// has every job the scheduler holds (it is written first); one it lacks
-    /// was never acknowledged to anyone, and is taken out and not delivered.
-    ///
-    /// Under the payload locks of the jobs, so that a replace refused because
-    /// the job was reserved meanwhile has put the old payload back first.
-    async fn with_payloads(&self, reserved: Vec<Job>) -> QueueResult<Vec<Job>> {
-        let ids: Vec<JobId> = reserved.iter().map(|job| job.id.clone()).collect();
-        let stored = {
-            let _payloads = self.payload_locks.lock_all(&ids).await;
-            self.payloads.call(ids).await?
-        };
-        let mut whole = Vec::with_capacity(reserved.len());
-        for (job, stored) in reserved.into_iter().zip(stored) {
-            match stored {
-                Some(row) => whole.push(row.with_live_state(&job)),
-                None => {
-                    warn!(job_id = %job.id, "a reserved job has no row in the store; it is not delivered");
-                    self.forget_in_scheduler(&job.id).await?;
-                }
-            }
-        }
-        Ok(whole)
     }
 
     /// Acknowledges a reserved job, storing the consumer's result. With
@@ -517,52 +405,6 @@ impl DelayQueue {
         Ok(promotion)
     }
 
-    /// Returns the counts for `/stats`: live jobs from the scheduler, jobs per
-    /// state from the store (whose cost does not grow with ended jobs, see
-    /// [`JobStore::counts`], and which is reused for a while when it is slow,
-    /// see [`DelayQueue::store_counts`]).
-    pub async fn stats(&self) -> QueueResult<QueueStats> {
-        let mut live = self.scheduler.stats().await?;
-        let stored = self.store_counts().await?;
-        let horizon = match self.scheduler.horizon().await? {
-            Some(marks) => {
-                let hot = live.iter().map(|topic| topic.delay + topic.ready + topic.reserved).sum();
-                let cold = count_cold_as_delayed(&mut live, &stored);
-                Some(self.horizon_stats(marks, hot, cold))
-            }
-            None => None,
-        };
-        Ok(QueueStats { live, stored, scheduler: self.scheduler.backend(), store: self.store.backend(), horizon })
-    }
-
-    /// Returns the store's counts. The live jobs are counted from an index,
-    /// a cost that grows with them: a count that took [`SLOW_COUNT`] or more is
-    /// reused for [`SLOW_COUNT_REUSE`] times as long, so that `/stats` and
-    /// `/metrics` keep the database at most about a tenth busy however often
-    /// they are called. Callers during a count wait for it and share it.
-    async fn store_counts(&self) -> QueueResult<Vec<StateCount>> {
-        let mut last = self.stored_counts.lock().await;
-        if let Some(last) = last.as_ref() {
-            if last.took >= SLOW_COUNT && last.at.elapsed() < last.took * SLOW_COUNT_REUSE {
-                return Ok(last.counts.clone());
-            }
-        }
-        let started = tokio::time::Instant::now();
-        let counts = self.store.counts().await?;
-        *last = Some(StoredCounts { counts: counts.clone(), at: tokio::time::Instant::now(), took: started.elapsed() });
-        Ok(counts)
-    }
-
-    fn horizon_stats(&self, marks: HorizonMarks, hot: u64, cold: u64) -> HorizonStats {
-        let span = self.horizon_span();
-        let lag = match (span, marks.loaded) {
-            (Some(span), Some(loaded)) => Timestamp::now().plus(span).since(loaded),
-            (Some(span), None) => span,
-            (None, _) => Duration::ZERO,
-        };
-        HorizonStats { span, admitted_until: marks.admit, loaded_until: marks.loaded, hot, cold, lag }
-    }
-
     /// Returns the topics that have ready jobs (the forwarder's work list).
     pub async fn ready_topics(&self) -> QueueResult<Vec<Topic>> {
         let live = self.scheduler.stats().await?;
@@ -604,60 +446,12 @@ impl DelayQueue {
         }
     }
 
-    /// Returns a job the scheduler holds with its payload: as it is, from a
-    /// scheduler that holds payloads, else with the store's.
-    async fn with_payload(&self, held: Job) -> QueueResult<Job> {
-        if self.scheduler.holds_payloads() {
-            return Ok(held);
-        }
-        match self.store.get(&held.id).await? {
-            Some(stored) => Ok(stored.with_live_state(&held)),
-            None => Err(QueueError::NotFound(held.id)),
-        }
-    }
-
-    /// Returns what the store should hold after a write the scheduler refused:
-    /// the job as the scheduler holds it now (`current`), with the payload it
-    /// has, or, from a scheduler that holds none, the payload of `before`
-    /// (the job as the store held it before the write).
-    fn as_scheduled(&self, before: &Job, current: Job) -> Job {
-        if self.scheduler.holds_payloads() {
-            current
-        } else {
-            before.clone().with_live_state(&current)
-        }
-    }
-
     async fn forget_in_scheduler(&self, id: &JobId) -> QueueResult<()> {
         match self.scheduler.delete(id).await {
             Ok(_) | Err(QueueError::NotFound(_)) => Ok(()),
             Err(error) => Err(error),
         }
     }
-}
-
-/// Adds to each topic's delayed count its jobs beyond the horizon: the live
-/// jobs of the store the scheduler does not hold. Returns how many it added.
-fn count_cold_as_delayed(live: &mut Vec<TopicStats>, stored: &[StateCount]) -> u64 {
-    let mut stored_live: std::collections::BTreeMap<&Topic, u64> = std::collections::BTreeMap::new();
-    for count in stored.iter().filter(|count| count.state.is_live()) {
-        *stored_live.entry(&count.topic).or_default() += count.count;
-    }
-    let mut cold = 0;
-    for (topic, in_store) in stored_live {
-        match live.iter_mut().find(|held| held.topic == *topic) {
-            Some(held) => {
-                let beyond = in_store.saturating_sub(held.delay + held.ready + held.reserved);
-                held.delay += beyond;
-                cold += beyond;
-            }
-            None => {
-                live.push(TopicStats { topic: topic.clone(), delay: in_store, ready: 0, reserved: 0 });
-                cold += in_store;
-            }
-        }
-    }
-    cold
 }
 
 fn require_reserved(job: &Job) -> QueueResult<()> {
