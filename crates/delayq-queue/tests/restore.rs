@@ -121,6 +121,43 @@ async fn finish_after_the_scheduler_lost_the_job(queue: Arc<DelayQueue>) {
     assert_eq!(retried.iter().map(|job| (&job.id, job.attempt)).collect::<Vec<_>>(), [(&second.id, 2)]);
 }
 
+/// The scheduler loses every job, some due and some not: a restore with the
+/// default page size puts each back, across the short pages of the due jobs
+/// and the slices a future page is written in.
+async fn restore_brings_back_due_and_future_jobs(scheduler: Arc<dyn Scheduler>, dir: &tempfile::TempDir) {
+    let store = SqliteStore::open_in(dir.path(), "restore-test".to_owned()).await.expect("sqlite store");
+    let queue = DelayQueue::new(scheduler, Arc::new(store), Snowflake::new(7), QueueSettings::default());
+    let topic = Topic::parse(delayq_testkit::unique_name("restore.pages")).expect("topic");
+    let mut ids = Vec::new();
+    for index in 0..JOBS {
+        let delay = if index % 3 == 0 { Duration::from_secs(60) } else { Duration::ZERO };
+        ids.push(queue.push(push(&topic, None, delay)).await.expect("push").id);
+    }
+    for id in &ids {
+        queue.scheduler().delete(id).await.expect("forget");
+    }
+    assert_eq!(queue.restore(false).await.expect("restore"), JOBS as u64);
+    for id in &ids {
+        assert!(queue.scheduler().get(id).await.expect("get").is_some(), "{id} was not restored");
+    }
+    queue.promote_due(Timestamp::now()).await.expect("promote");
+    let due = queue.pop(&topic, 100, Duration::from_secs(2)).await.expect("pop");
+    assert!(!due.is_empty() && due.iter().all(|job| job.run_at <= Timestamp::now()), "{due:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_restore_brings_back_due_and_future_jobs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    restore_brings_back_due_and_future_jobs(Arc::new(MemoryScheduler::new()), &dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restore_brings_back_due_and_future_jobs() {
+    let Some(scheduler) = redis(&delayq_testkit::unique_name("dqtest:pages")).await else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    restore_brings_back_due_and_future_jobs(scheduler, &dir).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_restore_while_consuming() {
     let dir = tempfile::tempdir().expect("tempdir");

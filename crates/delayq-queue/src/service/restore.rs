@@ -1,6 +1,7 @@
 //! Restore from the store (all live jobs, or one), reconciliation, and clearAll.
 
 use super::*;
+use crate::scheduler::RestoreFence;
 
 impl DelayQueue {
     /// Schedules again every live job of the store; with `skip_overdue`, leaves out
@@ -128,8 +129,8 @@ impl DelayQueue {
         let mut after = from;
         let mut outcome = Restored::default();
         loop {
-            let _exclusive =
-                if self.fenced_alone(after.bucket) { None } else { Some(self.exclusive_with_journal().await?) };
+            let alone = self.fenced_alone(after.bucket);
+            let _exclusive = if alone { None } else { Some(self.exclusive_with_journal().await?) };
             // Before the read: the write skips what other nodes end after it.
             let fence = self.scheduler.open_restore().await?;
             let page = self.store.live_jobs_due(&after, through, batch).await?;
@@ -137,7 +138,11 @@ impl DelayQueue {
             let next_after = DueCursor::after(last);
             let candidates: Vec<Job> = page.into_iter().filter(|job| !(skip_overdue && job.run_at < now)).collect();
             outcome.scheduled += candidates.len() as u64;
-            let added_flags = self.scheduler.restore_batch(&candidates, &fence).await?;
+            let added_flags = if alone {
+                self.restore_in_slices(&candidates, &fence).await?
+            } else {
+                self.scheduler.restore_batch(&candidates, &fence).await?
+            };
             let added: Vec<&Job> =
                 candidates.iter().zip(added_flags).filter_map(|(job, added)| added.then_some(job)).collect();
             let ended = self.forget_ended(&after, through, batch, &added).await?;
@@ -149,6 +154,19 @@ impl DelayQueue {
             after = next_after;
         }
         Ok(outcome)
+    }
+
+    /// Writes a page that is not due yet into the scheduler a slice at a
+    /// time, one slice after another: a shared scheduler runs each write as
+    /// one script that holds every other command back while it runs, and the
+    /// timer, pops and acks of every node must not wait behind a whole page
+    /// for jobs due only later.
+    async fn restore_in_slices(&self, jobs: &[Job], fence: &RestoreFence) -> QueueResult<Vec<bool>> {
+        let mut added = Vec::with_capacity(jobs.len());
+        for slice in jobs.chunks(FUTURE_RESTORE_SLICE) {
+            added.extend(self.scheduler.restore_batch(slice, fence).await?);
+        }
+        Ok(added)
     }
 
     /// Takes out of the scheduler the `added` jobs (restored from the page of
@@ -224,6 +242,10 @@ impl DelayQueue {
 /// How far another node's clock may be ahead of this one's, for
 /// [`DelayQueue::fenced_alone`].
 const CLOCK_MARGIN: Duration = Duration::from_secs(1);
+
+/// How many jobs of a page not due yet go into the scheduler in one write
+/// ([`DelayQueue::restore_in_slices`]).
+const FUTURE_RESTORE_SLICE: usize = 64;
 
 /// The end of what a restore or a load reads, and whether it moves the
 /// scheduler's horizon marks.
