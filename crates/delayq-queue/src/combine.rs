@@ -23,7 +23,6 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-
 use std::time::Duration;
 
 use tokio::sync::oneshot;

@@ -23,9 +23,16 @@ async fn redis(prefix: &str) -> Option<Arc<dyn Scheduler>> {
 }
 
 async fn queue_over(scheduler: Arc<dyn Scheduler>, dir: &tempfile::TempDir) -> Arc<DelayQueue> {
-    let store = SqliteStore::open_in(dir.path(), "restore-test".to_owned()).await.expect("sqlite store");
     // Small pages, so a restore walks many of them.
-    let settings = QueueSettings { restore_batch: 37, ..QueueSettings::default() };
+    queue_with(scheduler, dir, QueueSettings { restore_batch: 37, ..QueueSettings::default() }).await
+}
+
+async fn queue_with(
+    scheduler: Arc<dyn Scheduler>,
+    dir: &tempfile::TempDir,
+    settings: QueueSettings,
+) -> Arc<DelayQueue> {
+    let store = SqliteStore::open_in(dir.path(), "restore-test".to_owned()).await.expect("sqlite store");
     Arc::new(DelayQueue::new(scheduler, Arc::new(store), Snowflake::new(7), settings))
 }
 
@@ -122,11 +129,11 @@ async fn finish_after_the_scheduler_lost_the_job(queue: Arc<DelayQueue>) {
 }
 
 /// The scheduler loses every job, some due and some not: a restore with the
-/// default page size puts each back, across the short pages of the due jobs
-/// and the slices a future page is written in.
+/// default page size puts each back, both the due jobs (read and written in
+/// the exclusive section) and the future ones (on a shared scheduler, written
+/// a slice at a time).
 async fn restore_brings_back_due_and_future_jobs(scheduler: Arc<dyn Scheduler>, dir: &tempfile::TempDir) {
-    let store = SqliteStore::open_in(dir.path(), "restore-test".to_owned()).await.expect("sqlite store");
-    let queue = DelayQueue::new(scheduler, Arc::new(store), Snowflake::new(7), QueueSettings::default());
+    let queue = queue_with(scheduler, dir, QueueSettings::default()).await;
     let topic = Topic::parse(delayq_testkit::unique_name("restore.pages")).expect("topic");
     let mut ids = Vec::new();
     for index in 0..JOBS {

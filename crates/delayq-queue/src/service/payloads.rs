@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use delayq_common::{Job, JobId};
 use delayq_store::{JobStore, StoreError};
+use tracing::warn;
 
 use super::DelayQueue;
 use crate::combine::{Group, Sender};
 use crate::error::{QueueError, QueueResult};
-use tracing::warn;
 
 /// The longest a pop waits for the payloads of what it reserved.
 const READ_DEADLINE: Duration = Duration::from_secs(10);

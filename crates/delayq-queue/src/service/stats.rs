@@ -60,7 +60,7 @@ pub struct HorizonStats {
 impl DelayQueue {
     /// Returns the counts for `/stats`: live jobs from the scheduler, jobs per
     /// state from the store (whose cost does not grow with ended jobs, see
-    /// [`JobStore::counts`], and which is reused for a while when it is slow,
+    /// [`delayq_store::JobStore::counts`], and which is reused for a while when it is slow,
     /// see [`DelayQueue::store_counts`]).
     pub async fn stats(&self) -> QueueResult<QueueStats> {
         let mut live = self.scheduler.stats().await?;
