@@ -7,7 +7,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::Value;
 use figment::Figment;
 
-use crate::model::{Config, MIN_HORIZON_MS};
+use crate::model::{Config, MAX_HORIZON_MS, MIN_HORIZON_MS};
 use crate::secret_errors::{describe_parse_error, without_secrets};
 
 /// The file read when no `--config` is given and it exists.
@@ -146,8 +146,11 @@ impl Config {
         if self.scheduler.promote_batch == 0 {
             return invalid("scheduler.promote_batch", "must be at least 1".to_owned());
         }
-        if self.scheduler.horizon_ms != 0 && self.scheduler.horizon_ms < MIN_HORIZON_MS {
-            return invalid("scheduler.horizon_ms", format!("must be 0 (off) or at least {MIN_HORIZON_MS}"));
+        if self.scheduler.horizon_ms != 0 && !(MIN_HORIZON_MS..=MAX_HORIZON_MS).contains(&self.scheduler.horizon_ms) {
+            return invalid(
+                "scheduler.horizon_ms",
+                format!("must be 0 (off) or from {MIN_HORIZON_MS} to {MAX_HORIZON_MS}"),
+            );
         }
         if self.scheduler.redis_shards.is_some_and(|shards| !(1..=MAX_REDIS_SHARDS).contains(&shards)) {
             return invalid("scheduler.redis_shards", format!("must be from 1 to {MAX_REDIS_SHARDS}"));

@@ -25,6 +25,11 @@ pub const DEFAULT_PROMOTE_BATCH: usize = 1_000;
 pub const DEFAULT_HORIZON_MS: u64 = 3_600_000;
 /// The shortest horizon allowed, in ms: the loader must stay ahead of the timer.
 pub const MIN_HORIZON_MS: u64 = 1_000;
+/// The longest horizon allowed, in ms (20 hours): the store indexes a job due
+/// more than a day after its last write in a coarse bucket of about 70 minutes,
+/// which must start beyond the furthest the loader can have loaded
+/// (`job_bucket` in the store crate); the rest is a margin for the nodes' clocks.
+pub const MAX_HORIZON_MS: u64 = 72_000_000;
 /// How long a client may take to send a request's headers before its connection is closed.
 pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
 /// How long a request (other than a long-poll, bounded by its own timeout) may take.

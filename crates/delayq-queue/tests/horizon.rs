@@ -474,3 +474,31 @@ async fn a_restore_brings_back_the_window_only() {
     })
     .await;
 }
+
+/// A job pushed days ahead is indexed in its coarse bucket, ahead of its due
+/// time: the loader brings it once it reaches that bucket's start, not before,
+/// and the scheduler then holds it until it is due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_pushed_days_ahead_is_loaded_from_its_coarse_bucket() {
+    on_every_deployment(|deployment| async move {
+        let name = &deployment.name;
+        let (queue, topic, stem) = open_queue(&deployment, "days").await;
+        let far = id(&format!("{stem}-far"));
+        let two_days = Duration::from_millis(2 * delayq_store::FAR_AHEAD_MS);
+        queue.push(push(&topic, &far, "far", two_days)).await.expect("push");
+        let stored = deployment.store.get(&far).await.expect("get").expect("stored");
+        let bucket = delayq_store::job_bucket(stored.run_at, stored.updated_at);
+        let coarse = delayq_store::due_bucket(stored.run_at) / delayq_store::COARSE_BUCKETS;
+        assert_eq!(bucket, coarse * delayq_store::COARSE_BUCKETS, "{name}: at its coarse bucket's start");
+        let start = Timestamp::from_millis(bucket * delayq_store::DUE_BUCKET_MS);
+        let before = Timestamp::from_millis(bucket * delayq_store::DUE_BUCKET_MS - 1);
+        queue.load_horizon(before).await.expect("load");
+        assert!(deployment.scheduler.get(&far).await.expect("get").is_none(), "{name}: not loaded before its bucket");
+        assert_eq!(queue.load_horizon(start).await.expect("load"), 1, "{name}: loaded at its bucket's start");
+        let held = deployment.scheduler.get(&far).await.expect("get").expect("held");
+        assert_eq!((held.state, held.run_at), (JobState::Delay, stored.run_at), "{name}: held until it is due");
+        queue.delete(&far).await.expect("delete");
+        queue.close().await;
+    })
+    .await;
+}

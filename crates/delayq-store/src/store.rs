@@ -114,9 +114,35 @@ pub struct ListCursor {
 /// the index; a restore and the horizon's loader read whole buckets.
 pub const DUE_BUCKET_MS: u64 = 8192;
 
+/// How far beyond its last write a job must be due to be indexed in a coarse
+/// bucket ([`job_bucket`]): one day.
+pub const FAR_AHEAD_MS: u64 = 86_400_000;
+
+/// How many due-time buckets one coarse bucket spans (2^9 buckets, 2^22 ms,
+/// about 70 minutes).
+pub const COARSE_BUCKETS: u64 = 512;
+
 /// Returns the due-time bucket of an instant.
 pub fn due_bucket(at: Timestamp) -> u64 {
     at.as_millis() / DUE_BUCKET_MS
+}
+
+/// Returns the bucket the store indexes a live job by: the bucket of its due
+/// time, or, for a job due more than [`FAR_AHEAD_MS`] after its last write
+/// (`updated_at`), the first bucket of its coarse bucket. Jobs pushed far
+/// ahead land at the ends of a few coarse buckets instead of on random pages
+/// all over the index. A job is never indexed after its due time, and a job
+/// written far ahead is indexed beyond every horizon the loader can have
+/// reached at that write (the configuration's longest horizon keeps a coarse
+/// bucket's span and more below [`FAR_AHEAD_MS`]), so the loader still reads it
+/// in time. The schema computes the same value (`sql/*/0006_*`).
+pub fn job_bucket(run_at: Timestamp, updated_at: Timestamp) -> u64 {
+    let bucket = due_bucket(run_at);
+    if run_at.as_millis().saturating_sub(updated_at.as_millis()) > FAR_AHEAD_MS {
+        bucket / COARSE_BUCKETS * COARSE_BUCKETS
+    } else {
+        bucket
+    }
 }
 
 /// Returns the last instant of a due-time bucket.
@@ -129,7 +155,7 @@ pub fn bucket_end(bucket: u64) -> Timestamp {
 /// takes in the whole bucket.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DueCursor {
-    /// The due-time bucket of the last job read ([`due_bucket`]).
+    /// The bucket the last job read is indexed by ([`job_bucket`]).
     pub bucket: u64,
     /// The id of the last job read, or empty.
     pub id: String,
@@ -148,7 +174,7 @@ impl DueCursor {
 
     /// Continues after `job`.
     pub fn after(job: &Job) -> DueCursor {
-        DueCursor { bucket: due_bucket(job.run_at), id: job.id.as_str().to_owned() }
+        DueCursor { bucket: job_bucket(job.run_at, job.updated_at), id: job.id.as_str().to_owned() }
     }
 }
 

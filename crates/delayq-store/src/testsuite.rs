@@ -72,6 +72,7 @@ macro_rules! store_conformance {
                 check_journal_is_ordered_with_durable_writes,
                 check_list_orders_and_pages,
                 check_live_jobs_page_by_due_time,
+                check_far_jobs_page_by_coarse_bucket,
                 check_counts,
                 check_counts_follow_every_change,
                 check_purge_ended,

@@ -134,8 +134,8 @@ async fn a_page_of_live_jobs_by_due_time_reads_about_one_page_wherever_it_starts
     sqlx::query(&format!(
         "INSERT INTO job (id, topic, delay, create_time, body, status, update_time, run_at, ttr, priority, \
          attempt, max_retries, retry_backoff) \
-         SELECT CONCAT('live-', LPAD(seq, 6, '0')), ?, 0, 0, REPEAT('b', 100), 'delay', seq, seq * 4096, 30000, 1, 1, \
-         3, '[]' \
+         SELECT CONCAT('live-', LPAD(seq, 6, '0')), ?, 0, 0, REPEAT('b', 100), 'delay', seq * 4096, seq * 4096, 30000, \
+         1, 1, 3, '[]' \
          FROM seq_1_to_{LIVE}"
     ))
     .bind(unique_topic("live").as_str())
@@ -143,7 +143,8 @@ async fn a_page_of_live_jobs_by_due_time_reads_about_one_page_wherever_it_starts
     .await
     .expect("bulk insert of live rows");
     sqlx::query("ANALYZE TABLE job").execute(&mut connection).await.expect("statistics");
-    // Two jobs per due-time bucket of 8192 ms: a cursor is a bucket and an id.
+    // Two jobs per due-time bucket of 8192 ms, each written when it is due (so
+    // indexed by its own bucket, not a coarse one): a cursor is a bucket and an id.
     let cursors = [(0, ""), (15_000, "live-030000"), (30_000, "live-060000"), (45_000, "live-090000"), (49_750, "")];
     for (bucket, after) in cursors {
         sqlx::query("FLUSH STATUS").execute(&mut connection).await.expect("flush status");

@@ -59,6 +59,21 @@ fn a_shard_count_out_of_range_is_refused_by_name() {
 }
 
 #[test]
+fn a_horizon_beyond_twenty_hours_is_refused_by_name() {
+    Jail::expect_with(|jail| {
+        jail.set_env("DELAYQ_SCHEDULER__HORIZON_MS", "72000001");
+        let error = Config::load(None).expect_err("too long a horizon");
+        assert_eq!(
+            error.to_string(),
+            "invalid configuration: scheduler.horizon_ms must be 0 (off) or from 1000 to 72000000"
+        );
+        jail.set_env("DELAYQ_SCHEDULER__HORIZON_MS", "72000000");
+        assert_eq!(Config::load(None).expect("valid").scheduler.horizon_ms, 72_000_000);
+        Ok(())
+    });
+}
+
+#[test]
 fn worker_threads_default_to_one_fewer_than_the_cores_and_zero_is_refused() {
     Jail::expect_with(|jail| {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);

@@ -44,7 +44,7 @@ use sqlx::{Connection, SqliteConnection, SqlitePool};
 
 use self::checkpoint::Checkpointer;
 use self::dialect::SqliteDialect;
-use self::rows::live_states;
+use self::rows::{due_bucket, live_states};
 use crate::options::{SqliteSync, StoreOptions};
 use crate::sql::reads::{CursorForm, ReadStatements, Reader, Reads};
 use crate::sql::rows::job_columns;
@@ -289,8 +289,15 @@ static READS: ReadStatements = ReadStatements {
         job_columns!(),
         " FROM job INDEXED BY job_live_idx WHERE status IN ",
         live_states!(),
-        " AND (run_at / 8192 > ? OR (run_at / 8192 = ? AND id > ?)) AND run_at / 8192 <= ? \
-         ORDER BY run_at / 8192, id LIMIT ?"
+        " AND (",
+        due_bucket!(),
+        " > ? OR (",
+        due_bucket!(),
+        " = ? AND id > ?)) AND ",
+        due_bucket!(),
+        " <= ? ORDER BY ",
+        due_bucket!(),
+        ", id LIMIT ?"
     ),
     counts: COUNTS_QUERY,
     insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON CONFLICT (meta_key) DO NOTHING",

@@ -10,6 +10,16 @@ macro_rules! live_states {
 }
 pub(super) use live_states;
 
+/// The bucket a live job is indexed by (`job_bucket` in `store.rs`), in the
+/// literal text of the expression index `job_live_idx` of `sql/sqlite`, which
+/// is what lets SQLite use it.
+macro_rules! due_bucket {
+    () => {
+        "CASE WHEN run_at - update_time > 86400000 THEN run_at / 4194304 * 512 ELSE run_at / 8192 END"
+    };
+}
+pub(super) use due_bucket;
+
 /// The conflict clause of a job insert, setting `status` to the given SQL
 /// (a comma-separated list of string literals and macro calls): a push
 /// rewrites every column of the row it finds with the same id.

@@ -20,7 +20,7 @@ use super::{
     change, get_ok, history_states, insert_new_jobs, insert_ok, job_id, list_all, record_moves, sample_job,
     unique_name, unique_topic, ALL_HISTORY,
 };
-use crate::store::{due_bucket, DueCursor, JobStore, DUE_BUCKET_MS};
+use crate::store::{due_bucket, job_bucket, DueCursor, JobStore, COARSE_BUCKETS, DUE_BUCKET_MS, FAR_AHEAD_MS};
 
 /// Every field of a job survives an insert and a get; the insert is the first history line.
 pub async fn check_insert_get_round_trip(store: Arc<dyn JobStore>) {
@@ -145,6 +145,8 @@ pub async fn check_live_jobs_page_by_due_time(store: Arc<dyn JobStore>) {
             let mut job = sample_job(&format!("{prefix}-{index:02}"), &topic);
             let bucket = first + 4 - index / 2;
             job.run_at = Timestamp::from_millis(bucket * DUE_BUCKET_MS + 100 - index % 2);
+            // Written shortly before it is due: indexed by its own bucket.
+            job.updated_at = Timestamp::from_millis(job.run_at.as_millis() - 1_000);
             job
         })
         .collect();
@@ -152,8 +154,9 @@ pub async fn check_live_jobs_page_by_due_time(store: Arc<dyn JobStore>) {
     assert!(outcomes.iter().all(Result::is_ok));
     let id_of = |index: usize| job_id(&format!("{prefix}-{index:02}"));
     let job_of = |index: usize| jobs.iter().find(|job| job.id == id_of(index)).expect("inserted");
-    store.record(vec![change(job_of(9), JobState::Finished, Timestamp::now())]).await.expect("record");
-    store.record(vec![change(job_of(6), JobState::Reserved, Timestamp::now())]).await.expect("record");
+    // Changed when they are due: still indexed by their own buckets.
+    store.record(vec![change(job_of(9), JobState::Finished, job_of(9).run_at)]).await.expect("record");
+    store.record(vec![change(job_of(6), JobState::Reserved, job_of(6).run_at)]).await.expect("record");
 
     // Up to the fourth bucket: jobs 0 and 1 are in the fifth.
     let through = first + 3;
@@ -166,7 +169,7 @@ pub async fn check_live_jobs_page_by_due_time(store: Arc<dyn JobStore>) {
         after = DueCursor::after(last);
         read.extend(page);
     }
-    let key = |job: &Job| (due_bucket(job.run_at), job.id.clone());
+    let key = |job: &Job| (job_bucket(job.run_at, job.updated_at), job.id.clone());
     assert!(read.windows(2).all(|pair| key(&pair[0]) < key(&pair[1])), "in bucket and id order");
     assert!(read.iter().all(|job| job.state.is_live()), "only live jobs");
     // Job 9 ended.
@@ -182,6 +185,50 @@ pub async fn check_live_jobs_page_by_due_time(store: Arc<dyn JobStore>) {
     assert!(inverted.is_empty(), "a window that ends before it starts is empty");
     let from_start = store.live_jobs_due(&DueCursor::start(), far_future(), 1).await;
     assert_eq!(from_start.expect("live_jobs_due").len(), 1, "the first page starts at the first job");
+}
+
+/// A job written more than [`FAR_AHEAD_MS`] before it is due is indexed at the
+/// start of its coarse bucket, and `live_jobs_due` reads it from there, in the
+/// order [`DueCursor::after`] continues from.
+pub async fn check_far_jobs_page_by_coarse_bucket(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("far");
+    let prefix = unique_name("far");
+    // Coarse buckets no other check uses.
+    let nanos = u64::from(std::time::UNIX_EPOCH.elapsed().unwrap_or_default().subsec_nanos());
+    let coarse = (2_000_000_000 + nanos) / COARSE_BUCKETS * COARSE_BUCKETS;
+    let at = |bucket: u64| Timestamp::from_millis(bucket * DUE_BUCKET_MS + 100);
+    let job = |name: &str, run_at: Timestamp, written_before: u64| {
+        let mut job = sample_job(&format!("{prefix}-{name}"), &topic);
+        job.run_at = run_at;
+        job.updated_at = Timestamp::from_millis(run_at.as_millis() - written_before);
+        job
+    };
+    let far = job("far", at(coarse + 5), 2 * FAR_AHEAD_MS);
+    let near = job("near", at(coarse + 3), 1_000);
+    let next = job("next", at(coarse + COARSE_BUCKETS + 1), FAR_AHEAD_MS + 1);
+    assert_eq!(job_bucket(far.run_at, far.updated_at), coarse);
+    assert_eq!(job_bucket(near.run_at, near.updated_at), coarse + 3);
+    assert_eq!(job_bucket(next.run_at, next.updated_at), coarse + COARSE_BUCKETS);
+    let outcomes = store.insert(vec![next.clone(), near.clone(), far.clone()]).await.expect("insert");
+    assert!(outcomes.iter().all(Result::is_ok));
+
+    let ids = |through: u64| {
+        let store = Arc::clone(&store);
+        async move {
+            let page = store.live_jobs_due(&DueCursor::at_bucket(coarse), through, 10).await.expect("live_jobs_due");
+            page.into_iter().map(|job| job.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids(coarse - 1).await, Vec::<JobId>::new(), "nothing before the coarse bucket");
+    assert_eq!(ids(coarse).await, vec![far.id.clone()], "the far job at its coarse bucket's start");
+    assert_eq!(ids(coarse + 3).await, vec![far.id.clone(), near.id.clone()]);
+    assert_eq!(ids(coarse + COARSE_BUCKETS - 1).await, vec![far.id.clone(), near.id.clone()]);
+    let all = vec![far.id.clone(), near.id.clone(), next.id.clone()];
+    assert_eq!(ids(coarse + COARSE_BUCKETS).await, all, "the next coarse bucket");
+    let after_far = store.live_jobs_due(&DueCursor::after(&far), coarse + COARSE_BUCKETS, 10).await;
+    let after_far: Vec<_> = after_far.expect("live_jobs_due").into_iter().map(|job| job.id).collect();
+    assert_eq!(after_far, vec![near.id, next.id], "a page continues after the far job");
+    assert!(due_bucket(far.run_at) > coarse);
 }
 
 /// `counts` reports jobs per topic and state.
@@ -249,6 +296,7 @@ pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
         check_journal_is_ordered_with_durable_writes(Arc::clone(&store)),
         check_list_orders_and_pages(Arc::clone(&store)),
         check_live_jobs_page_by_due_time(Arc::clone(&store)),
+        check_far_jobs_page_by_coarse_bucket(Arc::clone(&store)),
         check_counts(Arc::clone(&store)),
         check_counts_follow_every_change(Arc::clone(&store)),
         check_purge_ended(Arc::clone(&store)),
