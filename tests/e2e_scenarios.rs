@@ -421,7 +421,7 @@ impl Face for Grpc {
     }
 
     async fn pop(&self, topic: &str, count: Option<i64>, timeout_ms: Option<i64>) -> Outcome<Vec<Popped>> {
-        let message = pb::PopRequest { topic: topic.to_owned(), count, timeout_ms };
+        let message = pb::PopRequest { topic: topic.to_owned(), count, timeout_ms, consumer: None };
         let reply = self.client.clone().pop(self.request(message)).await.map_err(failure)?.into_inner();
         Ok(reply
             .jobs

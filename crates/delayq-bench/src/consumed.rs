@@ -77,6 +77,7 @@ impl ConsumerArgs {
                     topic: topic.to_owned(),
                     count: Some(self.pop_count as i64),
                     timeout_ms: Some(self.pop_timeout_ms as i64),
+                    consumer: None,
                 };
                 Consumer::Grpc { client, pop }
             }

@@ -177,7 +177,7 @@ mod tests {
         assert_eq!(delayed, Some(4), "{stats:?}");
 
         assert!(client.push(push_request("bench-due", DueTime::DelayMs(0), body())).await.expect("push"));
-        let pop = PopRequest { topic: "bench-due".into(), count: Some(10), timeout_ms: Some(5_000) };
+        let pop = PopRequest { topic: "bench-due".into(), count: Some(10), timeout_ms: Some(5_000), consumer: None };
         let popped = client.pop(pop).await.expect("pop");
         assert_eq!(popped.len(), 1, "the due job, and only it");
         assert_eq!(popped[0].body, body());

@@ -36,7 +36,7 @@ pub mod time;
 
 pub use error::{ErrorKind, InvalidField};
 pub use job::{Job, RetryPolicy};
-pub use name::{JobId, Topic};
+pub use name::{ConsumerName, Group, JobId, Topic};
 pub use push::{Due, JobDefaults, Limits, PushInput, PushRequest, TimeUnit};
 pub use snowflake::Snowflake;
 pub use state::JobState;

@@ -1,4 +1,4 @@
-//! Validated names: job ids and topics share one charset.
+//! Validated names: job ids, topics, consumer groups and consumers share one charset.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::InvalidField;
 
-/// The longest id or topic accepted.
+/// The longest name accepted.
 pub const MAX_NAME_LEN: usize = 128;
 
 fn is_name_char(c: char) -> bool {
@@ -94,6 +94,16 @@ name_type!(
     /// A topic: the queue a job belongs to.
     Topic,
     "topic"
+);
+name_type!(
+    /// A consumer group of a topic.
+    Group,
+    "group"
+);
+name_type!(
+    /// The name a consumer gives itself (`consumer=`, the `delayq-consumer` header).
+    ConsumerName,
+    "consumer"
 );
 
 #[cfg(test)]

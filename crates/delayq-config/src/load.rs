@@ -7,7 +7,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::Value;
 use figment::Figment;
 
-use crate::model::{Config, MAX_HORIZON_MS, MIN_HORIZON_MS};
+use crate::model::{Config, FORGET_AFTER_BOUNDS_MS, MAX_HORIZON_MS, MIN_HORIZON_MS};
 use crate::secret_errors::{describe_parse_error, without_secrets};
 
 /// The file read when no `--config` is given and it exists.
@@ -161,6 +161,10 @@ impl Config {
         let ttr = std::time::Duration::from_millis(self.jobs.ttr_ms);
         if !(MIN_TTR..=MAX_TTR).contains(&ttr) {
             return invalid("jobs.ttr_ms", format!("must be from {} to {}", MIN_TTR.as_millis(), MAX_TTR.as_millis()));
+        }
+        let (least, most) = FORGET_AFTER_BOUNDS_MS;
+        if !(least..=most).contains(&self.consumers.forget_after_ms) {
+            return invalid("consumers.forget_after_ms", format!("must be from {least} to {most}"));
         }
         if self.jobs.priority > MAX_PRIORITY {
             return invalid("jobs.priority", format!("must be from 0 to {MAX_PRIORITY}"));

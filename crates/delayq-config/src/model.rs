@@ -65,6 +65,34 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Forwarding of due jobs to brokers and webhooks.
     pub forward: ForwardConfig,
+    /// The registry of consumers.
+    pub consumers: ConsumersConfig,
+}
+
+/// The registry of consumers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsumersConfig {
+    /// How long a consumer stays listed after its last pop or heartbeat, in ms.
+    pub forget_after_ms: u64,
+}
+
+/// How long a silent consumer stays listed by default, in ms.
+pub const DEFAULT_FORGET_AFTER_MS: u64 = 60_000;
+/// The bounds of `consumers.forget_after_ms`: at least a second, at most a day.
+pub const FORGET_AFTER_BOUNDS_MS: (u64, u64) = (1_000, 86_400_000);
+
+impl Default for ConsumersConfig {
+    fn default() -> ConsumersConfig {
+        ConsumersConfig { forget_after_ms: DEFAULT_FORGET_AFTER_MS }
+    }
+}
+
+impl ConsumersConfig {
+    /// Returns how long a silent consumer stays listed.
+    pub fn forget_after(&self) -> Duration {
+        Duration::from_millis(self.forget_after_ms)
+    }
 }
 
 /// Listen addresses, data directory, node identity.

@@ -19,7 +19,7 @@ use utoipa_axum::routes;
 
 use crate::limits::{self, BodyLimit, RouteLimits};
 use crate::openapi::{self, Document};
-use crate::{admin, auth, jobs, layers, ops, youzan};
+use crate::{admin, auth, consumers, jobs, layers, ops, youzan};
 
 /// The default largest request body, in bytes: room for a full batch of small jobs.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = delayq_common::defaults::DEFAULT_MAX_REQUEST_BYTES;
@@ -231,6 +231,7 @@ fn user_routes(body_limits: RouteLimits) -> OpenApiRouter<AppState> {
         .routes(routes!(youzan::pop))
         .routes(with_body_limit(routes!(youzan::finish), body_limits.finish))
         .routes(routes!(youzan::delete))
+        .routes(routes!(consumers::heartbeat))
         .routes(routes!(ops::stats))
         .routes(routes!(ops::ready))
         .routes(routes!(ops::metrics))

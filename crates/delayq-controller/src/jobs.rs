@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use delayq_common::{ErrorKind, InvalidField, JobId, Limits, PushRequest, TimeUnit, Timestamp};
 use delayq_queue::service::{DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, MAX_POP_COUNT, MAX_POP_WAIT};
 use delayq_queue::{Pushed, QueueError, QueueResult};
@@ -12,6 +13,7 @@ use utoipa::ToSchema;
 
 use crate::app::AppState;
 use crate::batch::parse_batch;
+use crate::consumers::consumer_of;
 use crate::error::{ok, ApiError, ApiResult, Envelope};
 use crate::extract::{parse_job_id, ApiPath, JsonObject, OptionalJsonObject, Params, RawBody};
 use crate::params::{AttemptQuery, DeleteQuery, FindQuery, HistoryQuery, JobIdQuery, JobPath, NackQuery, PopQuery};
@@ -117,12 +119,14 @@ fn batch_item(outcome: QueueResult<Pushed>) -> BatchItem {
             unavailable, or the store's journal is full", body = Refusal),
     )
 )]
-pub(crate) async fn pop(State(state): State<AppState>, params: Params) -> ApiResult {
+pub(crate) async fn pop(State(state): State<AppState>, headers: HeaderMap, params: Params) -> ApiResult {
     let topic = params.topic()?;
     let count = params.integer_in("count", 1, MAX_POP_COUNT as u64, 1)?;
     let max_wait_ms = MAX_POP_WAIT.as_millis() as u64;
     let timeout_ms = params.integer_in("timeout", 0, max_wait_ms, 0)?;
-    let jobs = state.queue.pop(&topic, count as usize, Duration::from_millis(timeout_ms)).await?;
+    let consumer = consumer_of(&params, &headers)?;
+    let wait = Duration::from_millis(timeout_ms);
+    let jobs = state.queue.pop_for(consumer.as_ref(), &topic, count as usize, wait).await?;
     ok(jobs.into_iter().map(PoppedJob::from).collect::<Vec<_>>())
 }
 

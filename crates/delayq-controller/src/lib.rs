@@ -29,6 +29,7 @@ pub mod server;
 mod admin;
 mod auth;
 mod batch;
+mod consumers;
 mod extract;
 mod jobs;
 mod limits;

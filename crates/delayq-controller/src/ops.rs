@@ -13,6 +13,7 @@ use tracing::warn;
 use utoipa::ToSchema;
 
 use crate::app::{AppState, Role, RoleInfo};
+use crate::consumers::{self, ConsumerEntry};
 use crate::error::{envelope, ok, ApiResult, Envelope};
 use crate::schemas::Refusal;
 
@@ -192,6 +193,9 @@ struct StatsView {
     /// Where the horizon stands; absent when the scheduler holds every job.
     #[serde(skip_serializing_if = "Option::is_none")]
     horizon: Option<HorizonView>,
+    /// The consumers seen within `consumers.forget_after_ms`, through any node
+    /// that shares this node's scheduler, by topic, group and name.
+    consumers: Vec<ConsumerEntry>,
 }
 
 /// Where the horizon stands: the scheduler holds the jobs due by
@@ -258,7 +262,8 @@ pub(crate) async fn stats(State(state): State<AppState>) -> ApiResult {
     let (topics, totals) = count_jobs(&stats);
     let backends = Backends { scheduler: stats.scheduler, store: stats.store };
     let horizon = stats.horizon.as_ref().map(HorizonView::from);
-    ok(StatsView { topics, totals, role: (state.role)(), backends, horizon })
+    let consumers = consumers::listed(&state).await?;
+    ok(StatsView { topics, totals, role: (state.role)(), backends, horizon, consumers })
 }
 
 /// `GET /metrics`: the Prometheus text format, with the job gauges refreshed.
@@ -287,6 +292,9 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         }
         // Still serve the other metrics while a backend is down.
         Err(error) => warn!(error = &error as &dyn std::error::Error, "job counts unavailable for metrics"),
+    }
+    if let Err(error) = consumers::set_gauges(&state).await {
+        warn!(error = &error as &dyn std::error::Error, "consumers unavailable for metrics");
     }
     let text = state.config.metrics.render();
     ([(header::CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_CONTENT_TYPE))], text).into_response()

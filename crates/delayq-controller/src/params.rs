@@ -40,6 +40,9 @@ pub(crate) struct PopQuery {
     /// How long to wait for the first job, in ms.
     #[param(minimum = 0, maximum = 30_000, default = 0)]
     timeout: Option<u64>,
+    /// The consumer's name, for the registry of consumers (or the `delayq-consumer` header).
+    #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
+    consumer: Option<String>,
 }
 
 /// When a nacked job falls due again.

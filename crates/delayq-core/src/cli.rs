@@ -59,6 +59,9 @@ pub(crate) enum ClientCommand {
         /// How long to wait for the first, in milliseconds.
         #[arg(long, default_value_t = 0)]
         timeout: u64,
+        /// The consumer's name, for the registry of consumers (`delayq stats` lists it).
+        #[arg(long)]
+        consumer: Option<String>,
     },
     /// Acknowledges a reserved job.
     Finish {

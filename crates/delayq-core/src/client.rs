@@ -18,12 +18,12 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
             let answer = send(authorized(http.post(url(&server, "/push")), &server).json(&job)).await?;
             (answer, server.json, Shown::Pushed)
         }
-        ClientCommand::Pop { server, topic, count, timeout } => {
-            let request = http.get(url(&server, "/pop")).query(&[
-                ("topic", topic),
-                ("count", count.to_string()),
-                ("timeout", timeout.to_string()),
-            ]);
+        ClientCommand::Pop { server, topic, count, timeout, consumer } => {
+            let mut query = vec![("topic", topic), ("count", count.to_string()), ("timeout", timeout.to_string())];
+            if let Some(consumer) = consumer {
+                query.push(("consumer", consumer));
+            }
+            let request = http.get(url(&server, "/pop")).query(&query);
             (send(authorized(request, &server)).await?, server.json, Shown::Popped)
         }
         ClientCommand::Finish { server, id, attempt } => {

@@ -59,21 +59,31 @@ fn stats(data: &Value) -> String {
     let mut header = vec!["TOPIC"];
     let upper: Vec<String> = STATES.iter().map(|state| state.to_uppercase()).collect();
     header.extend(upper.iter().map(String::as_str));
-    let mut table = table(&header);
+    let mut counts = table(&header);
     if let Some(topics) = data["topics"].as_object() {
-        for (topic, counts) in topics {
-            table.add_row(counts_row(topic, counts));
+        for (topic, topic_counts) in topics {
+            counts.add_row(counts_row(topic, topic_counts));
         }
     }
-    table.add_row(counts_row("(all)", &data["totals"]));
+    counts.add_row(counts_row("(all)", &data["totals"]));
     let backends = &data["backends"];
-    format!(
-        "{table}\nrole {}, leader {}, scheduler {}, store {}\n",
+    let mut shown = format!(
+        "{counts}\nrole {}, leader {}, scheduler {}, store {}\n",
         text(&data["role"]),
         text(&data["leader"]),
         text(&backends["scheduler"]),
         text(&backends["store"]),
-    )
+    );
+    if let Some(consumers) = data["consumers"].as_array().filter(|consumers| !consumers.is_empty()) {
+        let mut listed = table(&["CONSUMER", "TOPIC", "GROUP", "NODE", "IN FLIGHT", "LAST SEEN"]);
+        for consumer in consumers {
+            listed.add_row(
+                ["consumer", "topic", "group", "node", "inFlight", "lastSeen"].map(|field| text(&consumer[field])),
+            );
+        }
+        shown.push_str(&format!("\n{listed}\n"));
+    }
+    shown
 }
 
 fn counts_row(name: &str, counts: &Value) -> Vec<String> {
@@ -148,6 +158,15 @@ mod tests {
         assert_eq!(numbers, ["3", "1", "0", "7", "0", "0", "0"], "{shown}");
         assert!(shown.contains("(all)"), "{shown}");
         assert!(shown.contains("role standalone, leader -, scheduler memory, store sqlite"), "{shown}");
+        assert!(!shown.contains("CONSUMER"), "no consumers, no table: {shown}");
+
+        let mut data = data;
+        data["consumers"] = json!([{"consumer": "worker-1", "topic": "orders", "node": "node-1",
+            "lastSeen": 1_795_000_000_000_u64, "inFlight": 2}]);
+        let shown = Shown::Stats.render(&data);
+        let row = shown.lines().find(|line| line.contains("worker-1")).unwrap_or_default();
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(fields, ["worker-1", "orders", "-", "node-1", "2", "1795000000000"], "{shown}");
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         promote_batch: config.scheduler.promote_batch,
         max_waiters: config.limits.max_waiters,
         horizon: config.scheduler.horizon(),
+        node: node.name.clone(),
+        forget_consumers_after: config.consumers.forget_after(),
         ..QueueSettings::default()
     };
     // Under ZooKeeper the worker id is claimed there, so two live nodes never share one.
@@ -65,6 +67,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(node_registry) = node_registry {
         tasks.spawn(node_registry.run_heartbeat(root.child_token()));
     }
+    tasks.spawn(delayq_queue::run_publisher(Arc::clone(&queue), root.child_token()));
     tasks.spawn(leader::supervise(Arc::clone(&leadership), Arc::clone(&queue), routes, root.child_token()));
 
     let listener = listen(&config.server.http_addr)

@@ -22,6 +22,7 @@
 )]
 
 mod combine;
+pub mod consumers;
 pub mod error;
 pub mod failpoint;
 pub mod horizon;
@@ -44,6 +45,7 @@ pub mod service;
 pub mod testsuite;
 pub mod timer;
 
+pub use consumers::{run_publisher, ConsumerKey, ConsumerView, Consumers};
 pub use error::{QueueError, QueueResult, INTERNAL_MESSAGE};
 pub use horizon::run_loader;
 pub use memory::MemoryScheduler;

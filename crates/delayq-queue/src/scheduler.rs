@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use tokio::sync::Notify;
 
+use crate::consumers::ConsumerView;
 use crate::error::QueueResult;
 
 /// How many jobs of a topic are in each live state.
@@ -263,6 +264,23 @@ pub trait Scheduler: Send + Sync + 'static {
     /// Returns the signal raised when a job due sooner than the last reported
     /// `next_due` may have arrived; the timer waits on it.
     fn wakeup(&self) -> Arc<Notify>;
+
+    /// Publishes the consumers of node `node` (`local`, as that node sees them
+    /// now) where every node sharing this scheduler sees them, and returns
+    /// every node's, this one's included, leaving out those not seen since
+    /// `forget_before`. A scheduler in this process serves one node: it returns `local`.
+    ///
+    /// # Errors
+    /// When the backend cannot be reached.
+    async fn share_consumers(
+        &self,
+        node: &str,
+        local: &[ConsumerView],
+        forget_before: Timestamp,
+    ) -> QueueResult<Vec<ConsumerView>> {
+        let _ = (node, forget_before);
+        Ok(local.to_vec())
+    }
 
     /// Returns the live counts per topic.
     async fn stats(&self) -> QueueResult<Vec<TopicStats>>;

@@ -8,8 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use delayq_common::{InvalidField, Job, JobId, JobState, Limits, PushInput, PushRequest, TimeUnit, Timestamp, Topic};
-use delayq_queue::QueueStats;
+use delayq_common::{
+    ConsumerName, Group, InvalidField, Job, JobId, JobState, Limits, PushInput, PushRequest, TimeUnit, Timestamp, Topic,
+};
+use delayq_queue::{ConsumerView, QueueStats};
 use delayq_store::LogEntry;
 use tonic::Status;
 
@@ -70,6 +72,28 @@ pub(crate) fn topic(value: &str) -> Result<Topic, Status> {
         return Err(invalid("topic is required"));
     }
     Topic::parse(value).map_err(invalid_field)
+}
+
+/// Returns the optional consumer name of a request (an empty one is absent).
+pub(crate) fn optional_consumer(value: Option<&str>) -> Result<Option<ConsumerName>, Status> {
+    value.filter(|name| !name.is_empty()).map(ConsumerName::parse).transpose().map_err(invalid_field)
+}
+
+/// Returns the optional group of a request (an empty one is absent).
+pub(crate) fn optional_group(value: Option<&str>) -> Result<Option<Group>, Status> {
+    value.filter(|group| !group.is_empty()).map(Group::parse).transpose().map_err(invalid_field)
+}
+
+/// A consumer as `Stats` lists it.
+pub(crate) fn consumer_entry(view: ConsumerView) -> pb::Consumer {
+    pb::Consumer {
+        consumer: view.key.consumer.to_string(),
+        topic: view.key.topic.to_string(),
+        group: view.key.group.map(|group| group.to_string()),
+        node: view.node,
+        last_seen: i64::try_from(view.last_seen.as_millis()).unwrap_or(i64::MAX),
+        in_flight: view.in_flight,
+    }
 }
 
 /// Returns an optional integer in `min..=max`, or `default` when absent.
@@ -180,7 +204,7 @@ fn add(counts: &mut pb::StateCounts, job_state: JobState, count: u64) {
 
 /// Returns the counts of `/stats`: live states from the scheduler (always
 /// current), ended states from the store; per topic and in total.
-pub(crate) fn stats_reply(stats: QueueStats) -> pb::StatsReply {
+pub(crate) fn stats_reply(stats: QueueStats, consumers: Vec<ConsumerView>) -> pb::StatsReply {
     let mut topics: BTreeMap<String, pb::StateCounts> = BTreeMap::new();
     let mut totals = pb::StateCounts::default();
     for live in &stats.live {
@@ -201,6 +225,7 @@ pub(crate) fn stats_reply(stats: QueueStats) -> pb::StatsReply {
         totals: Some(totals),
         scheduler: stats.scheduler.to_owned(),
         store: stats.store.to_owned(),
+        consumers: consumers.into_iter().map(consumer_entry).collect(),
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use delayq_common::{InvalidField, JobId, Timestamp};
 use delayq_queue::service::{MAX_BATCH_PUSH, MAX_POP_COUNT, MAX_POP_WAIT};
-use delayq_queue::{DelayQueue, Pushed, QueueResult};
+use delayq_queue::{ConsumerKey, DelayQueue, Pushed, QueueResult};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -99,7 +99,8 @@ impl DelayQueueService for RpcServer {
         let max_wait_ms = MAX_POP_WAIT.as_millis() as u64;
         let timeout_ms = convert::integer_in("timeout", request.timeout_ms, 0, max_wait_ms, 0)?;
         let wait = Duration::from_millis(timeout_ms);
-        let jobs = self.queue.pop(&topic, count as usize, wait).await.map_err(queue_status)?;
+        let consumer = convert::optional_consumer(request.consumer.as_deref())?;
+        let jobs = self.queue.pop_for(consumer.as_ref(), &topic, count as usize, wait).await.map_err(queue_status)?;
         Ok(Response::new(pb::PopReply { jobs: jobs.into_iter().map(reserved_job).collect() }))
     }
 
@@ -168,7 +169,23 @@ impl DelayQueueService for RpcServer {
 
     async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsReply>, Status> {
         let stats = self.queue.stats().await.map_err(queue_status)?;
-        Ok(Response::new(convert::stats_reply(stats)))
+        let consumers = self.queue.consumers().await.map_err(queue_status)?;
+        Ok(Response::new(convert::stats_reply(stats, consumers)))
+    }
+
+    async fn heartbeat(&self, request: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatReply>, Status> {
+        let request = request.into_inner();
+        let consumer =
+            convert::optional_consumer(Some(&request.consumer))?.ok_or_else(|| invalid("consumer is required"))?;
+        let key = ConsumerKey {
+            consumer,
+            topic: topic(&request.topic)?,
+            group: convert::optional_group(request.group.as_deref())?,
+        };
+        self.queue.heartbeat(&key);
+        let forget_after_ms =
+            u64::try_from(self.queue.settings().forget_consumers_after.as_millis()).unwrap_or(u64::MAX);
+        Ok(Response::new(pb::HeartbeatReply { forget_after_ms }))
     }
 
     type SubscribeStream = ReceiverStream<Result<pb::ReservedJob, Status>>;
@@ -181,7 +198,8 @@ impl DelayQueueService for RpcServer {
         let topic = topic(&request.topic)?;
         let max_in_flight =
             convert::integer_in("maxInFlight", request.max_in_flight, 1, crate::subscribe::MAX_IN_FLIGHT as u64, 1)?;
-        let stream = self.subscriptions.start(Arc::clone(&self.queue), topic, max_in_flight as usize)?;
+        let consumer = convert::optional_consumer(request.consumer.as_deref())?;
+        let stream = self.subscriptions.start(Arc::clone(&self.queue), topic, consumer, max_in_flight as usize)?;
         Ok(Response::new(stream))
     }
 }

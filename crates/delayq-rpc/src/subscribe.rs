@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use delayq_common::{JobId, Topic};
+use delayq_common::{ConsumerName, JobId, Topic};
 use delayq_queue::service::MAX_POP_COUNT;
 use delayq_queue::DelayQueue;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
@@ -88,6 +88,7 @@ impl Subscriptions {
         self: &Arc<Self>,
         queue: Arc<DelayQueue>,
         topic: Topic,
+        consumer: Option<ConsumerName>,
         max_in_flight: usize,
     ) -> Result<ReceiverStream<Result<pb::ReservedJob, Status>>, Status> {
         let Ok(permit) = Arc::clone(&self.open_streams).try_acquire_owned() else {
@@ -99,8 +100,16 @@ impl Subscriptions {
         let (sender, receiver) = mpsc::channel(max_in_flight.max(1));
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let flow = Arc::new(Flow { stream, in_flight: Mutex::new(HashMap::new()), released: Notify::new() });
-        let subscription =
-            Subscription { subscriptions: Arc::clone(self), flow, queue, topic, max_in_flight, sender, _open: permit };
+        let subscription = Subscription {
+            subscriptions: Arc::clone(self),
+            flow,
+            queue,
+            topic,
+            consumer,
+            max_in_flight,
+            sender,
+            _open: permit,
+        };
         tokio::spawn(subscription.run());
         Ok(ReceiverStream::new(receiver))
     }
@@ -170,6 +179,8 @@ struct Subscription {
     flow: Arc<Flow>,
     queue: Arc<DelayQueue>,
     topic: Topic,
+    /// The name the client gave, for the registry of consumers.
+    consumer: Option<ConsumerName>,
     max_in_flight: usize,
     sender: Sender,
     /// Its place among the open streams, given back when the task ends.
@@ -210,7 +221,7 @@ impl Subscription {
             let popped = tokio::select! {
                 () = stop.cancelled() => return Err(shutting_down()),
                 () = self.sender.closed() => return Ok(()),
-                popped = self.queue.pop(&self.topic, count, RESERVE_WAIT) => popped,
+                popped = self.queue.pop_for(self.consumer.as_ref(), &self.topic, count, RESERVE_WAIT) => popped,
             };
             for job in popped.map_err(queue_status)? {
                 let deadline = Instant::now() + job.ttr;

@@ -90,7 +90,8 @@ async fn each_method_takes_what_it_can_accept() {
     );
 
     client.push(pb::PushRequest { id: Some("j".into()), ..push("t", "b") }).await.expect("push");
-    let popped = client.pop(pb::PopRequest { topic: "t".into(), count: Some(1), timeout_ms: Some(2_000) }).await;
+    let popped =
+        client.pop(pb::PopRequest { topic: "t".into(), count: Some(1), timeout_ms: Some(2_000), consumer: None }).await;
     assert_eq!(popped.expect("pop").into_inner().jobs.len(), 1);
     let too_long = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(65_537)), attempt: None };
     let refused = refusal(client.finish(too_long).await);

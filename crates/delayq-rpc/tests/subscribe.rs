@@ -18,7 +18,7 @@ use tonic::Streaming;
 const TOPIC: &str = "stream";
 
 async fn subscribe(client: &mut DelayQueueServiceClient<Channel>, max_in_flight: i64) -> Streaming<pb::ReservedJob> {
-    let request = pb::SubscribeRequest { topic: TOPIC.into(), max_in_flight: Some(max_in_flight) };
+    let request = pb::SubscribeRequest { topic: TOPIC.into(), max_in_flight: Some(max_in_flight), consumer: None };
     client.subscribe(request).await.expect("subscribe").into_inner()
 }
 

@@ -13,7 +13,7 @@ fn refusal<T: std::fmt::Debug>(outcome: Result<T, tonic::Status>) -> (Code, Stri
 }
 
 fn pop(topic: &str, count: i64) -> pb::PopRequest {
-    pb::PopRequest { topic: topic.into(), count: Some(count), timeout_ms: Some(2_000) }
+    pb::PopRequest { topic: topic.into(), count: Some(count), timeout_ms: Some(2_000), consumer: None }
 }
 
 fn id_request(id: &str) -> pb::FinishRequest {
@@ -119,7 +119,7 @@ async fn biz_keys_duplicates_and_validation() {
     }
     let bad_count = refusal(client.pop(pop("t", 0)).await);
     assert_eq!(bad_count, (Code::InvalidArgument, "count must be from 1 to 100".to_owned()));
-    let bad_timeout = pb::PopRequest { topic: "t".into(), count: None, timeout_ms: Some(30_001) };
+    let bad_timeout = pb::PopRequest { topic: "t".into(), count: None, timeout_ms: Some(30_001), consumer: None };
     let bad_timeout = refusal(client.pop(bad_timeout).await);
     assert_eq!(bad_timeout, (Code::InvalidArgument, "timeout must be from 0 to 30000".to_owned()));
     let unknown = refusal(client.get_job(pb::GetJobRequest { id: "nope".into(), ..Default::default() }).await);
@@ -193,7 +193,9 @@ async fn tokens_guard_every_call_and_admin_calls() {
     assert_eq!(forbidden, (Code::PermissionDenied, "admin token is required".to_owned()));
     let cleared = client.clear_all(with_token(pb::ClearAllRequest {}, "root-1")).await.expect("admin clear");
     assert_eq!(cleared.into_inner().cleared, 1);
-    let subscribe = refusal(client.subscribe(pb::SubscribeRequest { topic: "t".into(), max_in_flight: None }).await);
+    let subscribe = refusal(
+        client.subscribe(pb::SubscribeRequest { topic: "t".into(), max_in_flight: None, consumer: None }).await,
+    );
     assert_eq!(subscribe.0, Code::Unauthenticated);
     server.stop().await;
 }

@@ -74,6 +74,19 @@ fn a_horizon_beyond_twenty_hours_is_refused_by_name() {
 }
 
 #[test]
+fn the_registry_forgets_consumers_after_a_second_to_a_day() {
+    Jail::expect_with(|jail| {
+        assert_eq!(Config::load(None).expect("defaults").consumers.forget_after_ms, 60_000);
+        jail.set_env("DELAYQ_CONSUMERS__FORGET_AFTER_MS", "999");
+        let error = Config::load(None).expect_err("too short");
+        assert_eq!(error.to_string(), "invalid configuration: consumers.forget_after_ms must be from 1000 to 86400000");
+        jail.set_env("DELAYQ_CONSUMERS__FORGET_AFTER_MS", "5000");
+        assert_eq!(Config::load(None).expect("valid").consumers.forget_after(), std::time::Duration::from_secs(5));
+        Ok(())
+    });
+}
+
+#[test]
 fn worker_threads_default_to_one_fewer_than_the_cores_and_zero_is_refused() {
     Jail::expect_with(|jail| {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);

@@ -14,6 +14,8 @@
 //!   shard's announced earliest instant and its data-epoch marker; a topic's
 //!   fields live only while it has a live job in the shard, so `stats` reads
 //!   as much as there are live topics, however many ended before;
+//! - `<prefix>:consumers` HASH, a field per node: the consumers that node
+//!   sees (`consumers.rs`, [`Scheduler::share_consumers`]);
 //! - `<prefix>:meta` HASH holding the shard count all nodes agree on and the
 //!   data epoch: a shard without the epoch's marker has lost its data
 //!   ([`Scheduler::check_intact`]), which the leader repairs from the store.
@@ -42,6 +44,7 @@
 mod by_shard;
 mod codec;
 mod connection;
+mod consumers;
 mod keys;
 mod nodes;
 mod notify;
@@ -73,6 +76,7 @@ pub use self::options::{
 };
 use self::runner::{Removal, ScriptRunner};
 use crate::combine::Combiner;
+use crate::consumers::ConsumerView;
 use crate::error::{QueueError, QueueResult};
 use crate::scheduler::{HorizonMarks, MemoryUse, Promotion, RestoreFence, Scheduler, TopicStats};
 
@@ -242,6 +246,15 @@ impl Scheduler for RedisScheduler {
         let marks = self.horizon_on_every_shard("read", Timestamp::EPOCH).await?;
         let Some(admit) = lowest(marks.iter().map(|(admit, _)| *admit)) else { return Ok(None) };
         Ok(Some(HorizonMarks { admit, loaded: lowest(marks.iter().map(|(_, loaded)| *loaded)) }))
+    }
+
+    async fn share_consumers(
+        &self,
+        node: &str,
+        local: &[ConsumerView],
+        forget_before: Timestamp,
+    ) -> QueueResult<Vec<ConsumerView>> {
+        self.share_node_consumers(node, local, forget_before).await
     }
 
     /// `used_memory` and `maxmemory` of a standalone Redis with a `maxmemory`;

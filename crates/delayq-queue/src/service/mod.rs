@@ -22,17 +22,18 @@
 //! again after the write, once the store is re-read.
 //!
 //! Layout: this module holds the service, its settings and answers, and the
-//! operations on one job; `push` the single push and replace, `batch` the batch
-//! push's pipeline, `payloads` the reads of popped jobs' payloads, `restore`
-//! restore, reconciliation and clearAll, `settings` its knobs and bounds,
-//! `stats` the counts of `/stats`.
+//! operations on one job; `pop` the pop, `push` the single push and replace,
+//! `batch` the batch push's pipeline, `payloads` the reads of popped jobs'
+//! payloads, `restore` restore, reconciliation and clearAll, `settings` its
+//! knobs and bounds, `stats` the counts of `/stats`, `consumers` the registry
+//! of consumers.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::{InvalidField, Job, JobId, JobState, PushRequest, Snowflake, Timestamp, Topic};
+use delayq_common::{ConsumerName, InvalidField, Job, JobId, JobState, PushRequest, Snowflake, Timestamp, Topic};
 use delayq_store::{bucket_end, due_bucket, DueCursor, JobStore, ListCursor, LogEntry, StateChange};
 use futures::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::{mpsc, Mutex, RwLock, RwLockWriteGuard, Semaphore};
@@ -40,6 +41,7 @@ use tracing::{info, instrument, warn};
 
 use self::payloads::{PayloadStore, Payloads};
 use crate::combine::Combiner;
+use crate::consumers::Consumers;
 use crate::error::{QueueError, QueueResult};
 use crate::failpoint;
 use crate::horizon::{HorizonStatus, HORIZON_OFF};
@@ -48,7 +50,9 @@ use crate::metrics as queue_metrics;
 use crate::scheduler::{check_attempt, Promotion, Scheduler};
 
 mod batch;
+mod consumers;
 mod payloads;
+mod pop;
 mod push;
 mod restore;
 mod settings;
@@ -123,6 +127,8 @@ pub struct DelayQueue {
     horizon_status: HorizonStatus,
     /// The last count of the store, reused while it is fresh enough.
     stored_counts: Mutex<Option<StoredCounts>>,
+    /// The consumers that reach this node.
+    consumers: Consumers,
 }
 
 impl DelayQueue {
@@ -136,6 +142,7 @@ impl DelayQueue {
         let waiters = Semaphore::new(settings.max_waiters);
         let horizon_status = HorizonStatus::new(settings.horizon);
         let payloads = Arc::new(Combiner::new(Arc::new(PayloadStore { store: Arc::clone(&store) })));
+        let consumers = Consumers::new(settings.node.clone(), settings.forget_consumers_after);
         DelayQueue {
             scheduler,
             store,
@@ -150,6 +157,7 @@ impl DelayQueue {
             loading: Mutex::new(()),
             horizon_status,
             stored_counts: Mutex::new(None),
+            consumers,
         }
     }
 
@@ -176,40 +184,6 @@ impl DelayQueue {
     /// Returns the store backend.
     pub fn store(&self) -> &Arc<dyn JobStore> {
         &self.store
-    }
-
-    /// Reserves up to `count` ready jobs of `topic`, waiting up to `wait` for the first.
-    ///
-    /// # Errors
-    /// [`QueueError::Busy`] when `wait` is not zero and as many pops as
-    /// [`QueueSettings::max_waiters`] are waiting already.
-    #[instrument(skip(self))]
-    pub async fn pop(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
-        // A pop journals what it reserves: while the database does not take
-        // the journal, refuse rather than let it grow.
-        self.store.check_journal_room()?;
-        let count = count.clamp(1, MAX_POP_COUNT);
-        let _waiting = if wait.is_zero() {
-            None
-        } else {
-            let permit =
-                self.waiters.try_acquire().map_err(|_| QueueError::Busy { limit: self.settings.max_waiters })?;
-            Some(permit)
-        };
-        let jobs = self.scheduler.reserve(topic, count, wait.min(MAX_POP_WAIT)).await?;
-        if jobs.is_empty() {
-            return Ok(jobs);
-        }
-        let now = Timestamp::now();
-        for job in &jobs {
-            queue_metrics::record_delivery(job.run_at, now);
-        }
-        self.store.journal(jobs.iter().map(|job| StateChange::of(job, now)).collect());
-        if self.scheduler.holds_payloads() {
-            Ok(jobs)
-        } else {
-            self.with_payloads(jobs).await
-        }
     }
 
     /// Acknowledges a reserved job, storing the consumer's result. With
@@ -247,6 +221,7 @@ impl DelayQueue {
             Err(error) => return Err(error),
         }
         queue_metrics::record_finish();
+        self.consumers.released(id);
         Ok(job)
     }
 
@@ -281,6 +256,7 @@ impl DelayQueue {
             self.nack_in_scheduler(id, attempt, delay).await?
         };
         queue_metrics::record_nack();
+        self.consumers.released(id);
         Ok(nacked_job)
     }
 
@@ -342,6 +318,7 @@ impl DelayQueue {
         self.store.record(vec![StateChange::of(&job, now)]).await?;
         self.forget_in_scheduler(id).await?;
         queue_metrics::record_delete();
+        self.consumers.released(id);
         Ok(job)
     }
 

@@ -33,6 +33,10 @@ pub struct QueueSettings {
     /// How far ahead the scheduler holds delayed jobs ([`crate::horizon`]);
     /// `None`: every job, however far off.
     pub horizon: Option<Duration>,
+    /// This node's name, as the registry of consumers shows it.
+    pub node: String,
+    /// How long a silent consumer stays listed ([`crate::consumers`]).
+    pub forget_consumers_after: Duration,
 }
 
 /// The default of [`QueueSettings::max_waiters`].
@@ -48,6 +52,8 @@ impl Default for QueueSettings {
             restore_batch: 1000,
             max_waiters: DEFAULT_MAX_WAITERS,
             horizon: None,
+            node: "standalone".to_owned(),
+            forget_consumers_after: crate::consumers::DEFAULT_FORGET_AFTER,
         }
     }
 }

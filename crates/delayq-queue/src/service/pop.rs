@@ -1,0 +1,55 @@
+//! The pop: reserve, journal, payloads, and the registry of consumers.
+
+use super::*;
+
+impl DelayQueue {
+    /// Reserves up to `count` ready jobs of `topic`, waiting up to `wait` for the first.
+    ///
+    /// # Errors
+    /// [`QueueError::Busy`] when `wait` is not zero and as many pops as
+    /// [`QueueSettings::max_waiters`] are waiting already.
+    pub async fn pop(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
+        self.pop_for(None, topic, count, wait).await
+    }
+
+    /// [`DelayQueue::pop`] for the consumer that names itself `consumer`, which
+    /// the registry of consumers notes ([`crate::consumers`]).
+    #[instrument(skip(self))]
+    pub async fn pop_for(
+        &self,
+        consumer: Option<&ConsumerName>,
+        topic: &Topic,
+        count: usize,
+        wait: Duration,
+    ) -> QueueResult<Vec<Job>> {
+        let consumer = consumer.map(|name| self.consumer_seen(name, topic));
+        // A pop journals what it reserves: while the database does not take
+        // the journal, refuse rather than let it grow.
+        self.store.check_journal_room()?;
+        let count = count.clamp(1, MAX_POP_COUNT);
+        let _waiting = if wait.is_zero() {
+            None
+        } else {
+            let permit =
+                self.waiters.try_acquire().map_err(|_| QueueError::Busy { limit: self.settings.max_waiters })?;
+            Some(permit)
+        };
+        let jobs = self.scheduler.reserve(topic, count, wait.min(MAX_POP_WAIT)).await?;
+        if jobs.is_empty() {
+            return Ok(jobs);
+        }
+        let now = Timestamp::now();
+        for job in &jobs {
+            queue_metrics::record_delivery(job.run_at, now);
+        }
+        if let Some(consumer) = &consumer {
+            self.consumers.popped(consumer, &jobs, now);
+        }
+        self.store.journal(jobs.iter().map(|job| StateChange::of(job, now)).collect());
+        if self.scheduler.holds_payloads() {
+            Ok(jobs)
+        } else {
+            self.with_payloads(jobs).await
+        }
+    }
+}
