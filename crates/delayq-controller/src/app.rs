@@ -19,7 +19,7 @@ use utoipa_axum::routes;
 
 use crate::limits::{self, BodyLimit, RouteLimits};
 use crate::openapi::{self, Document};
-use crate::{admin, auth, consumers, jobs, layers, ops, youzan};
+use crate::{admin, auth, consumers, jobs, layers, operators, ops, youzan};
 
 /// The default largest request body, in bytes: room for a full batch of small jobs.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = delayq_common::defaults::DEFAULT_MAX_REQUEST_BYTES;
@@ -227,6 +227,9 @@ fn user_routes(body_limits: RouteLimits) -> OpenApiRouter<AppState> {
         .routes(routes!(jobs::delete))
         .routes(routes!(jobs::find))
         .routes(routes!(jobs::get_job))
+        .routes(routes!(operators::run_now))
+        .routes(routes!(operators::retry))
+        .routes(routes!(operators::retry_dead_of_topic))
         .routes(with_body_limit(routes!(youzan::push), body_limits.push))
         .routes(routes!(youzan::pop))
         .routes(with_body_limit(routes!(youzan::finish), body_limits.finish))

@@ -34,6 +34,7 @@ mod extract;
 mod jobs;
 mod limits;
 mod openapi;
+mod operators;
 mod ops;
 mod params;
 mod schemas;

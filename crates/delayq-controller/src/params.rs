@@ -109,7 +109,7 @@ pub(crate) struct FindQuery {
     cursor: Option<String>,
 }
 
-/// The topic of a Youzan route.
+/// The topic a route names in its path.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
 #[allow(dead_code, reason = "never built: `ApiPath` reads it")]

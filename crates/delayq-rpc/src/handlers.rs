@@ -145,6 +145,18 @@ impl DelayQueueService for RpcServer {
         Ok(Response::new(pb::GetJobReply { job: Some(full_job(details.job)), history }))
     }
 
+    async fn run_job(&self, request: Request<pb::JobRequest>) -> Result<Response<pb::PushReply>, Status> {
+        let id = job_id(&request.into_inner().id)?;
+        let pushed = self.queue.run_now(&id).await.map_err(|error| job_not_found(error, &id))?;
+        Ok(Response::new(pushed_reply(pushed)))
+    }
+
+    async fn retry_job(&self, request: Request<pb::JobRequest>) -> Result<Response<pb::PushReply>, Status> {
+        let id = job_id(&request.into_inner().id)?;
+        let pushed = self.queue.retry_dead(&id).await.map_err(|error| job_not_found(error, &id))?;
+        Ok(Response::new(pushed_reply(pushed)))
+    }
+
     async fn restore(&self, request: Request<pb::RestoreRequest>) -> Result<Response<pb::RestoreReply>, Status> {
         let request = request.into_inner();
         let include_overdue = request.expire.unwrap_or(true);

@@ -199,3 +199,30 @@ async fn tokens_guard_every_call_and_admin_calls() {
     assert_eq!(subscribe.0, Code::Unauthenticated);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_a_delayed_job_now_and_retry_a_dead_one() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let later = pb::PushRequest { delay_ms: Some(3_600_000), ..push("ops", "later") };
+    let later = client.push(later).await.expect("push").into_inner();
+    let ran = client.run_job(pb::JobRequest { id: later.id.clone() }).await.expect("run").into_inner();
+    assert!(ran.run_at < later.run_at, "due now");
+    assert_eq!(client.pop(pop("ops", 1)).await.expect("pop").into_inner().jobs.len(), 1);
+
+    let once = pb::PushRequest { max_retries: Some(0), ..push("ops", "once") };
+    let once = client.push(once).await.expect("push").into_inner();
+    assert_eq!(client.pop(pop("ops", 1)).await.expect("pop").into_inner().jobs.len(), 1);
+    let nack = pb::NackRequest { id: once.id.clone(), delay_ms: None, attempt: None };
+    client.nack(nack).await.expect("nack: out of retries, dead");
+    let retry = pb::JobRequest { id: once.id.clone() };
+    client.retry_job(retry.clone()).await.expect("retry");
+    let again = client.pop(pop("ops", 1)).await.expect("pop").into_inner().jobs;
+    assert_eq!((again[0].id.as_str(), again[0].attempt), (once.id.as_str(), 1));
+
+    let refused = refusal(client.retry_job(retry).await);
+    assert_eq!(refused, (Code::FailedPrecondition, format!("job {} is reserved", once.id)));
+    let unknown = refusal(client.run_job(pb::JobRequest { id: "ghost".into() }).await);
+    assert_eq!(unknown.0, Code::NotFound);
+    server.stop().await;
+}

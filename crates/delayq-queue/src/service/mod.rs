@@ -26,7 +26,7 @@
 //! `batch` the batch push's pipeline, `payloads` the reads of popped jobs'
 //! payloads, `restore` restore, reconciliation and clearAll, `settings` its
 //! knobs and bounds, `stats` the counts of `/stats`, `consumers` the registry
-//! of consumers.
+//! of consumers, `operators` running a job now and retrying dead ones.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +51,7 @@ use crate::scheduler::{check_attempt, Promotion, Scheduler};
 
 mod batch;
 mod consumers;
+mod operators;
 mod payloads;
 mod pop;
 mod push;

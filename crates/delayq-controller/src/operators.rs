@@ -1,0 +1,81 @@
+//! What an operator does to jobs: `POST /jobs/{id}/run` (a delayed job due
+//! now), `POST /jobs/{id}/retry` (a dead job back to ready) and
+//! `POST /topics/{topic}/dead/retry` (every dead job of a topic).
+
+use axum::extract::State;
+use delayq_common::Topic;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::app::AppState;
+use crate::error::{ok, ApiResult, Envelope};
+use crate::extract::{parse_job_id, ApiPath};
+use crate::params::{JobPath, TopicPath};
+use crate::schemas::Refusal;
+use crate::views::PushedView;
+
+/// `POST /jobs/{id}/run`: makes a delayed job due now; everything else about it stays.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/run",
+    tag = "jobs",
+    params(JobPath),
+    responses(
+        (status = 200, description = "due now", body = Envelope<'static, PushedView>),
+        (status = 400, description = "an invalid id", body = Refusal),
+        (status = 404, description = "no job has this id (or it was purged)", body = Refusal),
+        (status = 409, description = "the job is not delayed; the message names its state", body = Refusal),
+        (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
+    )
+)]
+pub(crate) async fn run_now(State(state): State<AppState>, ApiPath(id): ApiPath<String>) -> ApiResult {
+    let id = parse_job_id("id", &id)?;
+    ok(PushedView::from(state.queue.run_now(&id).await?))
+}
+
+/// `POST /jobs/{id}/retry`: a dead job is ready again at once, its attempts
+/// counted from 1, its history kept.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/retry",
+    tag = "jobs",
+    params(JobPath),
+    responses(
+        (status = 200, description = "ready again", body = Envelope<'static, PushedView>),
+        (status = 400, description = "an invalid id", body = Refusal),
+        (status = 404, description = "no job has this id (or it was purged)", body = Refusal),
+        (status = 409, description = "the job is not dead (the message names its state), or a live job took \
+            its business key", body = Refusal),
+        (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
+    )
+)]
+pub(crate) async fn retry(State(state): State<AppState>, ApiPath(id): ApiPath<String>) -> ApiResult {
+    let id = parse_job_id("id", &id)?;
+    ok(PushedView::from(state.queue.retry_dead(&id).await?))
+}
+
+/// `{"retried"}`: how many dead jobs are ready again.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RetriedView {
+    retried: u64,
+}
+
+/// `POST /topics/{topic}/dead/retry`: retries every dead job of a topic, as
+/// `POST /jobs/{id}/retry` does; a job whose business key a live job took
+/// since stays dead.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/dead/retry",
+    tag = "jobs",
+    params(TopicPath),
+    responses(
+        (status = 200, description = "how many are ready again", body = Envelope<'static, RetriedView>),
+        (status = 400, description = "an invalid topic", body = Refusal),
+        (status = 503, description = "the store or the scheduler is unavailable (the jobs retried before \
+            stay retried)", body = Refusal),
+    )
+)]
+pub(crate) async fn retry_dead_of_topic(State(state): State<AppState>, ApiPath(topic): ApiPath<String>) -> ApiResult {
+    let topic = Topic::parse(topic)?;
+    ok(RetriedView { retried: state.queue.retry_dead_of_topic(&topic).await? })
+}

@@ -1,0 +1,103 @@
+//! What an operator does to jobs: run a delayed job now, give a dead job
+//! another round of deliveries, one or every dead job of a topic.
+
+use delayq_common::{Due, ErrorKind};
+use delayq_store::StoreError;
+
+use super::*;
+
+/// How many dead jobs [`DelayQueue::retry_dead_of_topic`] reads at a time.
+const DEAD_PAGE: usize = 500;
+
+impl DelayQueue {
+    /// Makes a delayed job due now, keeping everything else about it.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` when it is not
+    /// delayed (ready, reserved, or ended: the error names the state).
+    pub async fn run_now(&self, id: &JobId) -> QueueResult<Pushed> {
+        let job = self.current(id).await?;
+        if job.state != JobState::Delay {
+            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
+        }
+        let mut again = push_again(&job, Due::RunAt(Timestamp::now()));
+        again.replace = true;
+        self.push(again).await
+    }
+
+    /// Gives a dead job a new round of deliveries: it is ready at once, its
+    /// attempts counted from 1 again, with its history kept.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` when it is not
+    /// dead; a business key another live job took since is a conflict.
+    pub async fn retry_dead(&self, id: &JobId) -> QueueResult<Pushed> {
+        let job = self.current(id).await?;
+        if job.state != JobState::Dead {
+            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
+        }
+        match self.push(push_again(&job, Due::RunAt(Timestamp::now()))).await {
+            // Another retry of the same job came first: it is live again.
+            Err(QueueError::Store(StoreError::IdTaken(_))) => {
+                let state = self.current(id).await?.state;
+                Err(QueueError::WrongState { id: id.clone(), state })
+            }
+            other => other,
+        }
+    }
+
+    /// Retries every job of `topic` that is dead now; returns how many.
+    ///
+    /// # Errors
+    /// When a backend fails (the jobs retried before it stay retried).
+    pub async fn retry_dead_of_topic(&self, topic: &Topic) -> QueueResult<u64> {
+        let mut retried = 0;
+        let mut cursor = None;
+        loop {
+            let page = self.list(topic, JobState::Dead, DEAD_PAGE, cursor).await?;
+            for job in &page.jobs {
+                match self.retry_dead(&job.id).await {
+                    Ok(_) => retried += 1,
+                    // Retried meanwhile, or its business key taken by a live job: left as it is.
+                    Err(refused) if refused.kind() == ErrorKind::Conflict => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(retried),
+            }
+        }
+    }
+
+    /// Returns a job as it is now, with its payload: the scheduler's state
+    /// when it holds the job, else the store's once the journal is written
+    /// (which holds the ends the timer made: dead, expired).
+    async fn current(&self, id: &JobId) -> QueueResult<Job> {
+        self.store.flush().await?;
+        let stored = self.store.get(id).await?.ok_or_else(|| QueueError::NotFound(id.clone()))?;
+        Ok(match self.scheduler.get(id).await? {
+            Some(held) => Job { state: held.state, attempt: held.attempt, run_at: held.run_at, ..stored },
+            None => stored,
+        })
+    }
+}
+
+/// A push that makes `job` anew, with its id, body and options, due at `due`.
+fn push_again(job: &Job, due: Due) -> PushRequest {
+    PushRequest {
+        id: Some(job.id.clone()),
+        topic: job.topic.clone(),
+        body: job.body.clone(),
+        due,
+        create_time: Some(job.create_time),
+        ttr: Some(job.ttr),
+        priority: Some(job.priority),
+        max_retries: Some(job.max_retries),
+        retry_backoff: job.retry_backoff.clone(),
+        ttl: job.ttl,
+        subtopic: job.subtopic.clone(),
+        biz_key: job.biz_key.clone(),
+        replace: false,
+    }
+}
