@@ -1,6 +1,7 @@
-//! What an operator does to jobs: `POST /jobs/{id}/run` (a delayed job due
-//! now), `POST /jobs/{id}/retry` (a dead job back to ready) and
-//! `POST /topics/{topic}/dead/retry` (every dead job of a topic).
+//! What an operator does to jobs and topics: `POST /jobs/{id}/run` (a
+//! delayed job due now), `POST /jobs/{id}/retry` (a dead job back to ready),
+//! `POST /topics/{topic}/dead/retry` (every dead job of a topic), and
+//! `POST /topics/{topic}/pause` and `/resume`.
 
 use axum::extract::State;
 use delayq_common::Topic;
@@ -78,4 +79,50 @@ pub(crate) struct RetriedView {
 pub(crate) async fn retry_dead_of_topic(State(state): State<AppState>, ApiPath(topic): ApiPath<String>) -> ApiResult {
     let topic = Topic::parse(topic)?;
     ok(RetriedView { retried: state.queue.retry_dead_of_topic(&topic).await? })
+}
+
+/// `{"topic", "paused"}`: a topic as a pause or resume left it.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct PausedView {
+    topic: String,
+    paused: bool,
+}
+
+/// `POST /topics/{topic}/pause`: the topic's jobs still fall due, but no pop,
+/// Subscribe stream or forwarder takes them until it is resumed (through any
+/// node: each reads the paused topics again every second). Pausing a paused topic changes nothing.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/pause",
+    tag = "jobs",
+    params(TopicPath),
+    responses(
+        (status = 200, description = "paused", body = Envelope<'static, PausedView>),
+        (status = 400, description = "an invalid topic", body = Refusal),
+        (status = 503, description = "the store is unavailable", body = Refusal),
+    )
+)]
+pub(crate) async fn pause(State(state): State<AppState>, ApiPath(topic): ApiPath<String>) -> ApiResult {
+    let topic = Topic::parse(topic)?;
+    state.queue.pause(&topic).await?;
+    ok(PausedView { topic: topic.to_string(), paused: true })
+}
+
+/// `POST /topics/{topic}/resume`: the topic's ready jobs are handed out again.
+/// Resuming a running topic changes nothing.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/resume",
+    tag = "jobs",
+    params(TopicPath),
+    responses(
+        (status = 200, description = "running", body = Envelope<'static, PausedView>),
+        (status = 400, description = "an invalid topic", body = Refusal),
+        (status = 503, description = "the store is unavailable", body = Refusal),
+    )
+)]
+pub(crate) async fn resume(State(state): State<AppState>, ApiPath(topic): ApiPath<String>) -> ApiResult {
+    let topic = Topic::parse(topic)?;
+    state.queue.resume(&topic).await?;
+    ok(PausedView { topic: topic.to_string(), paused: false })
 }

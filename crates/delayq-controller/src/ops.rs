@@ -196,6 +196,8 @@ struct StatsView {
     /// The consumers seen within `consumers.forget_after_ms`, through any node
     /// that shares this node's scheduler, by topic, group and name.
     consumers: Vec<ConsumerEntry>,
+    /// The paused topics, by name.
+    paused: Vec<String>,
 }
 
 /// Where the horizon stands: the scheduler holds the jobs due by
@@ -263,7 +265,9 @@ pub(crate) async fn stats(State(state): State<AppState>) -> ApiResult {
     let backends = Backends { scheduler: stats.scheduler, store: stats.store };
     let horizon = stats.horizon.as_ref().map(HorizonView::from);
     let consumers = consumers::listed(&state).await?;
-    ok(StatsView { topics, totals, role: (state.role)(), backends, horizon, consumers })
+    let mut paused: Vec<String> = state.queue.paused_topics().await.iter().map(ToString::to_string).collect();
+    paused.sort();
+    ok(StatsView { topics, totals, role: (state.role)(), backends, horizon, consumers, paused })
 }
 
 /// `GET /metrics`: the Prometheus text format, with the job gauges refreshed.

@@ -1,6 +1,7 @@
-//! What an operator does to jobs: run a delayed job now, retry a dead job,
-//! retry every dead job of a topic; each refuses a job in another state with
-//! 409 naming it, and an unknown id with 404.
+//! What an operator does to jobs and topics: run a delayed job now, retry a
+//! dead job, retry every dead job of a topic (each refuses a job in another
+//! state with 409 naming it, and an unknown id with 404), pause and resume a
+//! topic.
 
 #![allow(clippy::unwrap_used)]
 
@@ -74,4 +75,31 @@ async fn retrying_a_topics_dead_jobs_leaves_one_whose_business_key_was_taken() {
     let again = app.post("/topics/dead/dead/retry", None).await;
     assert_eq!(again.data(), &json!({"retried": 0}));
     app.post("/topics/bad%20topic/dead/retry", None).await.assert_error(StatusCode::BAD_REQUEST, "topic");
+}
+
+#[tokio::test]
+async fn a_paused_topic_hands_out_nothing_until_it_is_resumed() {
+    let app = TestApp::new().await;
+    let id = app.push(json!({"topic": "paused", "body": "b"})).await;
+    app.push(json!({"topic": "running", "body": "b"})).await;
+    let paused = app.post("/topics/paused/pause", None).await;
+    assert_eq!((paused.status, paused.data()), (StatusCode::OK, &json!({"topic": "paused", "paused": true})));
+    assert_eq!(app.post("/topics/paused/pause", None).await.status, StatusCode::OK, "pausing twice is fine");
+    assert!(app.pop("paused", 1, 0).await.is_empty(), "a paused topic hands out nothing");
+    let started = std::time::Instant::now();
+    assert!(app.pop("paused", 1, 600).await.is_empty());
+    assert!(started.elapsed() >= std::time::Duration::from_millis(500), "a long poll waits out its timeout");
+    assert_eq!(app.pop("running", 1, 2000).await.len(), 1, "other topics run");
+    assert_eq!(app.get("/stats").await.data()["paused"], json!(["paused"]));
+    assert_eq!(app.get(&format!("/jobs/{id}")).await.data()["state"], "ready", "it still fell due");
+
+    // A pop waiting on the paused topic gets the job once the topic is resumed.
+    let (popped, resumed) = tokio::join!(app.pop("paused", 1, 5000), async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        app.post("/topics/paused/resume", None).await
+    });
+    assert_eq!(resumed.data(), &json!({"topic": "paused", "paused": false}));
+    assert_eq!(popped.len(), 1, "handed out after the resume");
+    assert_eq!(app.get("/stats").await.data()["paused"], json!([]));
+    app.post("/topics/no%20space/pause", None).await.assert_error(StatusCode::BAD_REQUEST, "topic");
 }

@@ -81,6 +81,38 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         server: ServerArg,
     },
+    /// Makes a delayed job due now.
+    Run {
+        #[command(flatten)]
+        server: ServerArg,
+        /// The job id.
+        #[arg(long)]
+        id: String,
+    },
+    /// Gives a dead job a new round of deliveries.
+    Retry {
+        #[command(flatten)]
+        server: ServerArg,
+        /// The job id.
+        #[arg(long)]
+        id: String,
+    },
+    /// Pauses a topic: its jobs fall due, but none is handed out until it is resumed.
+    Pause {
+        #[command(flatten)]
+        server: ServerArg,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+    },
+    /// Resumes a paused topic.
+    Resume {
+        #[command(flatten)]
+        server: ServerArg,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 //! table for people or, with `--json`, as the server sent it.
 
 use anyhow::{bail, Context};
+use delayq_common::{JobId, Topic};
 use serde_json::{json, Value};
 
 use crate::cli::{ClientCommand, ServerArg};
@@ -37,6 +38,27 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Stats { server } => {
             let answer = send(authorized(http.get(url(&server, "/stats")), &server)).await?;
             (answer, server.json, Shown::Stats)
+        }
+        // The names go into the path: checked first, so none can change the URL.
+        ClientCommand::Run { server, id } => {
+            let id = JobId::parse(id)?;
+            let answer = send(authorized(http.post(url(&server, &format!("/jobs/{id}/run"))), &server)).await?;
+            (answer, server.json, Shown::Pushed)
+        }
+        ClientCommand::Retry { server, id } => {
+            let id = JobId::parse(id)?;
+            let answer = send(authorized(http.post(url(&server, &format!("/jobs/{id}/retry"))), &server)).await?;
+            (answer, server.json, Shown::Pushed)
+        }
+        ClientCommand::Pause { server, topic } => {
+            let topic = Topic::parse(topic)?;
+            let answer = send(authorized(http.post(url(&server, &format!("/topics/{topic}/pause"))), &server)).await?;
+            (answer, server.json, Shown::Paused)
+        }
+        ClientCommand::Resume { server, topic } => {
+            let topic = Topic::parse(topic)?;
+            let answer = send(authorized(http.post(url(&server, &format!("/topics/{topic}/resume"))), &server)).await?;
+            (answer, server.json, Shown::Paused)
         }
     };
     let succeeded = answer.get("success") == Some(&Value::Bool(true));

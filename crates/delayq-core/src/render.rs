@@ -14,6 +14,7 @@ pub(crate) enum Shown {
     Popped,
     Finished,
     Stats,
+    Paused,
 }
 
 /// The job states, in the order `/stats` columns show them.
@@ -27,6 +28,10 @@ impl Shown {
             Shown::Popped => popped(data),
             Shown::Finished => format!("finished {}\n", text(&data["id"])),
             Shown::Stats => stats(data),
+            Shown::Paused => {
+                let state = if data["paused"] == Value::Bool(true) { "paused" } else { "running" };
+                format!("{} {state}\n", text(&data["topic"]))
+            }
         }
     }
 }

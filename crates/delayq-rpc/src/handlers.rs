@@ -157,6 +157,18 @@ impl DelayQueueService for RpcServer {
         Ok(Response::new(pushed_reply(pushed)))
     }
 
+    async fn pause_topic(&self, request: Request<pb::TopicRequest>) -> Result<Response<pb::TopicReply>, Status> {
+        let topic = topic(&request.into_inner().topic)?;
+        self.queue.pause(&topic).await.map_err(queue_status)?;
+        Ok(Response::new(pb::TopicReply { topic: topic.to_string(), paused: true }))
+    }
+
+    async fn resume_topic(&self, request: Request<pb::TopicRequest>) -> Result<Response<pb::TopicReply>, Status> {
+        let topic = topic(&request.into_inner().topic)?;
+        self.queue.resume(&topic).await.map_err(queue_status)?;
+        Ok(Response::new(pb::TopicReply { topic: topic.to_string(), paused: false }))
+    }
+
     async fn restore(&self, request: Request<pb::RestoreRequest>) -> Result<Response<pb::RestoreReply>, Status> {
         let request = request.into_inner();
         let include_overdue = request.expire.unwrap_or(true);

@@ -224,5 +224,12 @@ async fn run_a_delayed_job_now_and_retry_a_dead_one() {
     assert_eq!(refused, (Code::FailedPrecondition, format!("job {} is reserved", once.id)));
     let unknown = refusal(client.run_job(pb::JobRequest { id: "ghost".into() }).await);
     assert_eq!(unknown.0, Code::NotFound);
+
+    let paused = client.pause_topic(pb::TopicRequest { topic: "ops".into() }).await.expect("pause").into_inner();
+    assert!(paused.paused);
+    client.push(push("ops", "held")).await.expect("push");
+    assert!(client.pop(pop("ops", 1)).await.expect("pop").into_inner().jobs.is_empty(), "paused");
+    client.resume_topic(pb::TopicRequest { topic: "ops".into() }).await.expect("resume");
+    assert_eq!(client.pop(pop("ops", 1)).await.expect("pop").into_inner().jobs.len(), 1, "resumed");
     server.stop().await;
 }

@@ -299,6 +299,13 @@ pub trait JobStore: Send + Sync + 'static {
     /// Checks that the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
 
+    /// Returns the topics paused now, by name.
+    async fn paused_topics(&self) -> Result<Vec<Topic>, StoreError>;
+
+    /// Pauses `topic` at `at` (a paused one stays as it is) or resumes it (a
+    /// running one too).
+    async fn set_paused(&self, topic: &Topic, paused: bool, at: Timestamp) -> Result<(), StoreError>;
+
     /// Flushes the journal and closes the connections.
     async fn close(&self);
 }

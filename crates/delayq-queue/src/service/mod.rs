@@ -26,7 +26,8 @@
 //! `batch` the batch push's pipeline, `payloads` the reads of popped jobs'
 //! payloads, `restore` restore, reconciliation and clearAll, `settings` its
 //! knobs and bounds, `stats` the counts of `/stats`, `consumers` the registry
-//! of consumers, `operators` running a job now and retrying dead ones.
+//! of consumers, `operators` running a job now and retrying dead ones,
+//! `paused` paused topics.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +53,7 @@ use crate::scheduler::{check_attempt, Promotion, Scheduler};
 mod batch;
 mod consumers;
 mod operators;
+mod paused;
 mod payloads;
 mod pop;
 mod push;
@@ -130,6 +132,8 @@ pub struct DelayQueue {
     stored_counts: Mutex<Option<StoredCounts>>,
     /// The consumers that reach this node.
     consumers: Consumers,
+    /// The paused topics, as this node last read them.
+    paused: paused::PausedTopics,
 }
 
 impl DelayQueue {
@@ -159,6 +163,7 @@ impl DelayQueue {
             horizon_status,
             stored_counts: Mutex::new(None),
             consumers,
+            paused: paused::PausedTopics::default(),
         }
     }
 

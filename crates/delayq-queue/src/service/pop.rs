@@ -3,7 +3,8 @@
 use super::*;
 
 impl DelayQueue {
-    /// Reserves up to `count` ready jobs of `topic`, waiting up to `wait` for the first.
+    /// Reserves up to `count` ready jobs of `topic`, waiting up to `wait` for
+    /// the first; a paused topic hands out none ([`DelayQueue::pause`]).
     ///
     /// # Errors
     /// [`QueueError::Busy`] when `wait` is not zero and as many pops as
@@ -34,7 +35,10 @@ impl DelayQueue {
                 self.waiters.try_acquire().map_err(|_| QueueError::Busy { limit: self.settings.max_waiters })?;
             Some(permit)
         };
-        let jobs = self.scheduler.reserve(topic, count, wait.min(MAX_POP_WAIT)).await?;
+        let Some(wait) = self.wait_while_paused(topic, wait.min(MAX_POP_WAIT)).await else {
+            return Ok(Vec::new());
+        };
+        let jobs = self.scheduler.reserve(topic, count, wait).await?;
         if jobs.is_empty() {
             return Ok(jobs);
         }

@@ -190,6 +190,7 @@ static READS: ReadStatements = ReadStatements {
     cursor_form: CursorForm::Expanded,
     live_jobs_due: LIVE_JOBS_DUE_QUERY,
     counts: COUNTS_QUERY,
+    pause_topic: "INSERT IGNORE INTO topic_pause (topic, paused_at) VALUES (?, ?)",
     insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) \
                       ON DUPLICATE KEY UPDATE meta_key = meta_key",
 };

@@ -172,6 +172,15 @@ impl<S: OverSql> JobStore for S {
         self.sql().reads.ping().await
     }
 
+    async fn paused_topics(&self) -> Result<Vec<Topic>, StoreError> {
+        self.sql().reads.paused_topics().await
+    }
+
+    async fn set_paused(&self, topic: &Topic, paused: bool, at: Timestamp) -> Result<(), StoreError> {
+        let at = i64::try_from(at.as_millis()).unwrap_or(i64::MAX);
+        self.sql().reads.set_paused(topic, paused, at).await
+    }
+
     async fn close(&self) {
         let sql = self.sql();
         if let Some(retention) = &sql.retention {

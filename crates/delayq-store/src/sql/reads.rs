@@ -38,7 +38,14 @@ pub(crate) struct ReadStatements {
     pub(crate) counts: &'static str,
     /// Records a store id unless the database holds one: the key, the id.
     pub(crate) insert_store_id: &'static str,
+    /// Pauses a topic unless it is paused: the topic, the instant.
+    pub(crate) pause_topic: &'static str,
 }
+
+/// The paused topics, in both dialects.
+const PAUSED_TOPICS: &str = "SELECT topic FROM topic_pause ORDER BY topic";
+/// Resumes a topic, in both dialects: the topic.
+const RESUME_TOPIC: &str = "DELETE FROM topic_pause WHERE topic = ?";
 
 /// How a page after a cursor compares the cursor with a row.
 pub(crate) enum CursorForm {
@@ -196,6 +203,12 @@ pub(crate) trait Reads: Send + Sync + 'static {
     /// writer's.
     async fn store_id(&self) -> Result<StoreId, StoreError>;
 
+    /// Returns the paused topics.
+    async fn paused_topics(&self) -> Result<Vec<Topic>, StoreError>;
+
+    /// Pauses `topic` (at `at`) or resumes it.
+    async fn set_paused(&self, topic: &Topic, paused: bool, at: i64) -> Result<(), StoreError>;
+
     /// Closes the connections.
     async fn close(&self);
 }
@@ -293,6 +306,20 @@ where
         match stored.into_iter().next() {
             Some((Text(stored),)) => StoreId::from_stored(stored),
             None => Err(StoreError::Unavailable { backend: self.backend, source: Box::new(sqlx::Error::RowNotFound) }),
+        }
+    }
+
+    async fn paused_topics(&self) -> Result<Vec<Topic>, StoreError> {
+        let rows: Vec<(Text,)> = self.fetch(PAUSED_TOPICS, &[]).await?;
+        // A row no valid topic could have written is left out.
+        Ok(rows.into_iter().filter_map(|(Text(topic),)| Topic::parse(topic).ok()).collect())
+    }
+
+    async fn set_paused(&self, topic: &Topic, paused: bool, at: i64) -> Result<(), StoreError> {
+        if paused {
+            self.execute(self.statements.pause_topic, &[Param::Text(topic.as_str()), Param::Integer(at)]).await
+        } else {
+            self.execute(RESUME_TOPIC, &[Param::Text(topic.as_str())]).await
         }
     }
 

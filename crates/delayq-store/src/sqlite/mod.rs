@@ -301,6 +301,7 @@ static READS: ReadStatements = ReadStatements {
     ),
     counts: COUNTS_QUERY,
     insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON CONFLICT (meta_key) DO NOTHING",
+    pause_topic: "INSERT INTO topic_pause (topic, paused_at) VALUES (?, ?) ON CONFLICT (topic) DO NOTHING",
 };
 
 /// The jobs per topic and state: live states counted from the partial index of

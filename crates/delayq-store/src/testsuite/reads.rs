@@ -231,6 +231,27 @@ pub async fn check_far_jobs_page_by_coarse_bucket(store: Arc<dyn JobStore>) {
     assert!(due_bucket(far.run_at) > coarse);
 }
 
+/// A topic paused stays paused until it is resumed; pausing twice or
+/// resuming a running topic changes nothing.
+pub async fn check_pause_and_resume_topics(store: Arc<dyn JobStore>) {
+    let first = unique_topic("paused");
+    let second = unique_topic("paused");
+    let ours = |topics: Vec<delayq_common::Topic>| -> Vec<delayq_common::Topic> {
+        topics.into_iter().filter(|topic| *topic == first || *topic == second).collect()
+    };
+    store.set_paused(&first, true, Timestamp::now()).await.expect("pause");
+    store.set_paused(&first, true, Timestamp::now()).await.expect("pause again");
+    store.set_paused(&second, true, Timestamp::now()).await.expect("pause");
+    let mut both = vec![first.clone(), second.clone()];
+    both.sort();
+    assert_eq!(ours(store.paused_topics().await.expect("paused")), both);
+    store.set_paused(&first, false, Timestamp::now()).await.expect("resume");
+    store.set_paused(&first, false, Timestamp::now()).await.expect("resume again");
+    assert_eq!(ours(store.paused_topics().await.expect("paused")), vec![second.clone()]);
+    store.set_paused(&second, false, Timestamp::now()).await.expect("resume");
+    assert!(ours(store.paused_topics().await.expect("paused")).is_empty());
+}
+
 /// `counts` reports jobs per topic and state.
 pub async fn check_counts(store: Arc<dyn JobStore>) {
     let (topic, jobs) = insert_new_jobs(&*store, "counts", 6).await;
@@ -297,6 +318,7 @@ pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
         check_list_orders_and_pages(Arc::clone(&store)),
         check_live_jobs_page_by_due_time(Arc::clone(&store)),
         check_far_jobs_page_by_coarse_bucket(Arc::clone(&store)),
+        check_pause_and_resume_topics(Arc::clone(&store)),
         check_counts(Arc::clone(&store)),
         check_counts_follow_every_change(Arc::clone(&store)),
         check_purge_ended(Arc::clone(&store)),
