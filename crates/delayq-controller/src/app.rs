@@ -230,6 +230,7 @@ fn user_routes(body_limits: RouteLimits) -> OpenApiRouter<AppState> {
         .routes(routes!(operators::run_now))
         .routes(routes!(operators::retry))
         .routes(routes!(operators::retry_dead_of_topic))
+        .routes(routes!(operators::delete_dead_of_topic))
         .routes(routes!(operators::pause))
         .routes(routes!(operators::resume))
         .routes(with_body_limit(routes!(youzan::push), body_limits.push))

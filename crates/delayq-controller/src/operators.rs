@@ -1,6 +1,6 @@
 //! What an operator does to jobs and topics: `POST /jobs/{id}/run` (a
 //! delayed job due now), `POST /jobs/{id}/retry` (a dead job back to ready),
-//! `POST /topics/{topic}/dead/retry` (every dead job of a topic), and
+//! `POST /topics/{topic}/dead/retry` and `/dead/delete` (every dead job of a topic), and
 //! `POST /topics/{topic}/pause` and `/resume`.
 
 use axum::extract::State;
@@ -125,4 +125,29 @@ pub(crate) async fn resume(State(state): State<AppState>, ApiPath(topic): ApiPat
     let topic = Topic::parse(topic)?;
     state.queue.resume(&topic).await?;
     ok(PausedView { topic: topic.to_string(), paused: false })
+}
+
+/// `{"deleted"}`: how many dead jobs are gone.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DeletedView {
+    deleted: u64,
+}
+
+/// `POST /topics/{topic}/dead/delete`: deletes every dead job of a topic with
+/// its history; their ids are then unknown (`404`), as after the retention.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/dead/delete",
+    tag = "jobs",
+    params(TopicPath),
+    responses(
+        (status = 200, description = "how many are gone", body = Envelope<'static, DeletedView>),
+        (status = 400, description = "an invalid topic", body = Refusal),
+        (status = 503, description = "the store is unavailable (the jobs deleted before stay deleted)",
+            body = Refusal),
+    )
+)]
+pub(crate) async fn delete_dead_of_topic(State(state): State<AppState>, ApiPath(topic): ApiPath<String>) -> ApiResult {
+    let topic = Topic::parse(topic)?;
+    ok(DeletedView { deleted: state.queue.delete_dead_of_topic(&topic).await? })
 }

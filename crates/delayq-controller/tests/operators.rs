@@ -103,3 +103,22 @@ async fn a_paused_topic_hands_out_nothing_until_it_is_resumed() {
     assert_eq!(app.get("/stats").await.data()["paused"], json!([]));
     app.post("/topics/no%20space/pause", None).await.assert_error(StatusCode::BAD_REQUEST, "topic");
 }
+
+#[tokio::test]
+async fn deleting_a_topics_dead_jobs_leaves_its_other_jobs_and_other_topics() {
+    let app = TestApp::new().await;
+    let first = dead_job(&app, "graveyard", "a").await;
+    let second = dead_job(&app, "graveyard", "b").await;
+    let elsewhere = dead_job(&app, "elsewhere", "c").await;
+    let waiting = app.push(json!({"topic": "graveyard", "body": "b", "delay": 3_600_000})).await;
+
+    let reply = app.post("/topics/graveyard/dead/delete", None).await;
+    assert_eq!((reply.status, reply.data()), (StatusCode::OK, &json!({"deleted": 2})));
+    for id in [&first, &second] {
+        app.get(&format!("/jobs/{id}")).await.assert_error(StatusCode::NOT_FOUND, id);
+    }
+    assert_eq!(app.get(&format!("/jobs/{elsewhere}")).await.data()["state"], "dead");
+    assert_eq!(app.get(&format!("/jobs/{waiting}")).await.data()["state"], "delay");
+    assert_eq!(app.get("/stats").await.data()["topics"]["graveyard"]["dead"], 0);
+    assert_eq!(app.post("/topics/graveyard/dead/delete", None).await.data(), &json!({"deleted": 0}));
+}

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::options::PURGE_BATCH;
-use crate::writer::GroupCommitWriter;
+use crate::writer::{GroupCommitWriter, PurgeOf};
 
 /// Runs the purge while the store is open; aborted when it closes or is dropped.
 pub(crate) struct RetentionTask {
@@ -57,7 +57,7 @@ async fn purge_expired(writer: &GroupCommitWriter, retention: Duration) {
     let mut purged = 0u64;
     loop {
         let ended_before = ended_before(Timestamp::now(), retention);
-        match writer.purge_ended(ended_before, PURGE_BATCH).await {
+        match writer.purge(PurgeOf::EndedBefore(ended_before), PURGE_BATCH).await {
             Ok(count) => {
                 purged += count;
                 if count < PURGE_BATCH as u64 {

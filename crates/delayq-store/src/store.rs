@@ -296,6 +296,11 @@ pub trait JobStore: Send + Sync + 'static {
     /// then unknown, as if no job ever had them.
     async fn purge_ended(&self, ended_before: Timestamp, limit: usize) -> Result<u64, StoreError>;
 
+    /// Deletes up to `limit` dead jobs of `topic`, with their history; returns
+    /// how many it deleted. Their ids are then unknown, as after
+    /// [`JobStore::purge_ended`].
+    async fn purge_dead(&self, topic: &Topic, limit: usize) -> Result<u64, StoreError>;
+
     /// Checks that the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
 

@@ -74,6 +74,7 @@ macro_rules! store_conformance {
                 check_live_jobs_page_by_due_time,
                 check_far_jobs_page_by_coarse_bucket,
                 check_pause_and_resume_topics,
+                check_purge_dead_of_a_topic,
                 check_counts,
                 check_counts_follow_every_change,
                 check_purge_ended,

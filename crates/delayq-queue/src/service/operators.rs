@@ -1,5 +1,6 @@
 //! What an operator does to jobs: run a delayed job now, give a dead job
-//! another round of deliveries, one or every dead job of a topic.
+//! another round of deliveries, one or every dead job of a topic, delete a
+//! topic's dead jobs.
 
 use delayq_common::{Due, ErrorKind};
 use delayq_store::StoreError;
@@ -66,6 +67,24 @@ impl DelayQueue {
             match page.next {
                 Some(next) => cursor = Some(next),
                 None => return Ok(retried),
+            }
+        }
+    }
+
+    /// Deletes every job of `topic` that is dead now, with its history (its
+    /// id is then unknown, as after the retention); returns how many.
+    ///
+    /// # Errors
+    /// When the store fails (the jobs deleted before it stay deleted).
+    pub async fn delete_dead_of_topic(&self, topic: &Topic) -> QueueResult<u64> {
+        // The timer's dead jobs are in the journal until it is written.
+        self.store.flush().await?;
+        let mut deleted = 0;
+        loop {
+            let batch = self.store.purge_dead(topic, DEAD_PAGE).await?;
+            deleted += batch;
+            if batch < DEAD_PAGE as u64 {
+                return Ok(deleted);
             }
         }
     }

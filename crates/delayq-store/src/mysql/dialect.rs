@@ -23,7 +23,7 @@ use crate::sql::binds::{
 use crate::sql::is_unique_violation;
 use crate::sql::rows::{biz_key_taken, epoch_ms, id_and_attempt, sql_count, state, Text, JOB_COLUMN_COUNT};
 use crate::store::{BoxError, StateChange, StoreError};
-use crate::writer::{collapse, moves_forward, moves_forward_from, BatchDialect, InsertOutcomes, LogRow};
+use crate::writer::{collapse, moves_forward, moves_forward_from, BatchDialect, InsertOutcomes, LogRow, PurgeOf};
 
 /// The most bytes of values one multi-row insert carries (at most half the
 /// server's `max_allowed_packet`, which is 16 MiB by default on MariaDB).
@@ -64,6 +64,9 @@ const SELECT_ENDED_FOR_UPDATE: &str = "SELECT topic, status FROM job WHERE id = 
 /// The ended jobs to purge, oldest end first (`job_ended_update_time_idx`).
 const SELECT_EXPIRED_FOR_UPDATE: &str =
     "SELECT id, topic, status FROM job WHERE is_live = 0 AND update_time < ? ORDER BY update_time LIMIT ? FOR UPDATE";
+/// The dead jobs of a topic to purge (`job_topic_status_id_idx`).
+const SELECT_DEAD_FOR_UPDATE: &str =
+    "SELECT id, topic, status FROM job WHERE topic = ? AND status = 'dead' ORDER BY id LIMIT ? FOR UPDATE";
 /// Counts that fell to 0 once their jobs were purged or pushed again.
 const DELETE_EMPTY_COUNTS: &str = "DELETE FROM job_ended_count WHERE jobs <= 0";
 /// The ended jobs among the ids that follow (`?, ?, …)`).
@@ -351,11 +354,17 @@ impl BatchDialect for MysqlDialect {
         Ok(())
     }
 
-    async fn purge_ended(&self, tx: &mut Self::Tx, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError> {
+    async fn purge(&self, tx: &mut Self::Tx, of: &PurgeOf, limit: usize) -> Result<u64, BoxError> {
         // A job this batch ended is counted before its row can go.
         tx.resolve_ended().await?;
-        let select = sqlx::query_as(SELECT_EXPIRED_FOR_UPDATE).bind(epoch_ms(ended_before)).bind(sql_count(limit));
-        let expired: Vec<(Text, Text, Text)> = within(select.fetch_all(&mut tx.connection)).await?;
+        let select = match of {
+            PurgeOf::EndedBefore(ended_before) => {
+                sqlx::query_as(SELECT_EXPIRED_FOR_UPDATE).bind(epoch_ms(*ended_before))
+            }
+            PurgeOf::DeadOf(topic) => sqlx::query_as(SELECT_DEAD_FOR_UPDATE).bind(topic.as_str()),
+        };
+        let expired: Vec<(Text, Text, Text)> =
+            within(select.bind(sql_count(limit)).fetch_all(&mut tx.connection)).await?;
         if expired.is_empty() {
             return Ok(0);
         }

@@ -21,7 +21,7 @@ use crate::identity::StoreId;
 use crate::options::StoreOptions;
 use crate::retention::RetentionTask;
 use crate::store::{DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
-use crate::writer::{BatchDialect, GroupCommitWriter, InsertOutcomes};
+use crate::writer::{BatchDialect, GroupCommitWriter, InsertOutcomes, PurgeOf};
 
 /// The parts of a store over SQL: its identity, its reads, the writer and the
 /// retention task.
@@ -165,7 +165,11 @@ impl<S: OverSql> JobStore for S {
     }
 
     async fn purge_ended(&self, ended_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
-        self.sql().writer.purge_ended(ended_before, limit).await
+        self.sql().writer.purge(PurgeOf::EndedBefore(ended_before), limit).await
+    }
+
+    async fn purge_dead(&self, topic: &Topic, limit: usize) -> Result<u64, StoreError> {
+        self.sql().writer.purge(PurgeOf::DeadOf(topic.clone()), limit).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -18,7 +18,7 @@ use crate::sql::binds::{
 use crate::sql::is_unique_violation;
 use crate::sql::rows::{biz_key_taken, epoch_ms, id_and_attempt, job_columns, sql_count};
 use crate::store::{BoxError, StateChange, StoreError};
-use crate::writer::{collapse, moves_forward, BatchDialect, InsertOutcomes, LogRow};
+use crate::writer::{collapse, moves_forward, BatchDialect, InsertOutcomes, LogRow, PurgeOf};
 
 /// Inserts one job, bound by [`bind_job`]; returns its id when it wrote a row.
 /// A row with the same id is overwritten only when its job has ended; when a
@@ -134,6 +134,9 @@ const SELECT_EXPIRED: &str = concat!(
     live_states!(),
     " AND update_time < ? ORDER BY update_time LIMIT ?"
 );
+
+/// The dead jobs of a topic to purge (`job_topic_status_id_idx`).
+const SELECT_DEAD: &str = "SELECT id FROM job WHERE topic = ? AND status = 'dead' ORDER BY id LIMIT ?";
 
 /// The ended jobs among the ids that follow (`?, ?, …)`).
 const DELETE_ENDED_JOBS: &str = concat!("DELETE FROM job WHERE status NOT IN ", live_states!(), " AND id IN (");
@@ -307,10 +310,18 @@ impl BatchDialect for SqliteDialect {
         Ok(deleted)
     }
 
-    async fn purge_ended(&self, tx: &mut Self::Tx, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError> {
-        let sql = tx.statement(SELECT_EXPIRED);
-        let select = sqlx::query_scalar(&sql).bind(epoch_ms(ended_before)).bind(sql_count(limit));
-        let ids: Vec<String> = select.fetch_all(tx.connection()).await?;
+    async fn purge(&self, tx: &mut Self::Tx, of: &PurgeOf, limit: usize) -> Result<u64, BoxError> {
+        let ids: Vec<String> = match of {
+            PurgeOf::EndedBefore(ended_before) => {
+                let sql = tx.statement(SELECT_EXPIRED);
+                let select = sqlx::query_scalar(&sql).bind(epoch_ms(*ended_before)).bind(sql_count(limit));
+                select.fetch_all(tx.connection()).await?
+            }
+            PurgeOf::DeadOf(topic) => {
+                let select = sqlx::query_scalar(SELECT_DEAD).bind(topic.as_str()).bind(sql_count(limit));
+                select.fetch_all(tx.connection()).await?
+            }
+        };
         if ids.is_empty() {
             return Ok(0);
         }

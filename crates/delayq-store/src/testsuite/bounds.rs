@@ -92,6 +92,29 @@ pub async fn check_purge_ended(store: Arc<dyn JobStore>) {
     assert_eq!(history_states(&*store, &again.id).await, [JobState::Delay], "a new job, with a history of its own");
 }
 
+/// `purge_dead` deletes the dead jobs of one topic, with their history, in
+/// batches of its limit, and nothing else: not another topic's dead jobs, not
+/// the topic's jobs in other states.
+pub async fn check_purge_dead_of_a_topic(store: Arc<dyn JobStore>) {
+    let (topic, jobs) = insert_new_jobs(&*store, "purge-dead", 4).await;
+    let (other, others) = insert_new_jobs(&*store, "purge-dead-other", 1).await;
+    let now = Timestamp::now();
+    let states = [JobState::Dead, JobState::Dead, JobState::Finished, JobState::Ready];
+    let mut changes: Vec<StateChange> = jobs.iter().zip(states).map(|(job, state)| moved(job, state, now)).collect();
+    changes.push(moved(&others[0], JobState::Dead, now));
+    store.record(changes).await.expect("record");
+
+    assert_eq!(store.purge_dead(&topic, 1).await.expect("purge"), 1, "at most its limit");
+    assert_eq!(store.purge_dead(&topic, 10).await.expect("purge"), 1);
+    assert_eq!(store.purge_dead(&topic, 10).await.expect("purge"), 0, "none left");
+    for job in &jobs[..2] {
+        assert_eq!(store.get(&job.id).await.expect("get"), None, "{} is purged", job.id);
+        assert!(history_states(&*store, &job.id).await.is_empty(), "with its history");
+    }
+    assert_eq!(counts_of(&*store, &topic).await, [(JobState::Ready, 1), (JobState::Finished, 1)]);
+    assert_eq!(counts_of(&*store, &other).await, [(JobState::Dead, 1)], "another topic's dead job stays");
+}
+
 /// The ended counts follow every way a job ends, is pushed again over its
 /// ended row, or is purged; live counts follow the live states.
 pub async fn check_counts_follow_every_change(store: Arc<dyn JobStore>) {

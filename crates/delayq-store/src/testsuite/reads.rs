@@ -7,7 +7,8 @@ use std::time::Duration;
 use delayq_common::{Job, JobId, JobState, Timestamp};
 
 use super::bounds::{
-    check_counts_follow_every_change, check_history_returns_the_newest_lines, check_purge_ended, counts_of,
+    check_counts_follow_every_change, check_history_returns_the_newest_lines, check_purge_dead_of_a_topic,
+    check_purge_ended, counts_of,
 };
 use super::writes::{
     check_batch_with_refused_items, check_biz_key_unique_among_live_jobs, check_changes_of_a_job_within_one_write,
@@ -319,6 +320,7 @@ pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
         check_live_jobs_page_by_due_time(Arc::clone(&store)),
         check_far_jobs_page_by_coarse_bucket(Arc::clone(&store)),
         check_pause_and_resume_topics(Arc::clone(&store)),
+        check_purge_dead_of_a_topic(Arc::clone(&store)),
         check_counts(Arc::clone(&store)),
         check_counts_follow_every_change(Arc::clone(&store)),
         check_purge_ended(Arc::clone(&store)),

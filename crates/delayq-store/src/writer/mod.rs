@@ -84,7 +84,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Timestamp};
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
@@ -192,6 +192,15 @@ pub(crate) fn collapse<'c>(changes: &[&'c StateChange]) -> Collapsed<'c> {
 ///
 /// A method returns `Err` only for a database failure, which rolls the whole
 /// batch back; a refusal that concerns one write is its `Ok(Err(..))`.
+/// Which ended jobs a purge deletes.
+#[derive(Clone, Debug)]
+pub(crate) enum PurgeOf {
+    /// Those that ended before this instant, oldest end first (retention).
+    EndedBefore(Timestamp),
+    /// The dead jobs of this topic.
+    DeadOf(Topic),
+}
+
 #[async_trait]
 pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// An open transaction on the write connection; dropping it rolls back.
@@ -241,9 +250,9 @@ pub(crate) trait BatchDialect: Send + Sync + 'static {
     /// Marks every live row deleted at `at`; returns the id and attempt of each.
     async fn delete_all_live(&self, tx: &mut Self::Tx, at: Timestamp) -> Result<Vec<(JobId, u32)>, BoxError>;
 
-    /// Deletes up to `limit` rows of jobs that ended before `ended_before`,
-    /// oldest end first, with their history rows; returns how many jobs.
-    async fn purge_ended(&self, tx: &mut Self::Tx, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError>;
+    /// Deletes up to `limit` rows of the ended jobs `of` selects, with their
+    /// history rows; returns how many jobs.
+    async fn purge(&self, tx: &mut Self::Tx, of: &PurgeOf, limit: usize) -> Result<u64, BoxError>;
 
     /// Appends history rows, in order, inside the transaction.
     async fn append_log(&self, tx: &mut Self::Tx, log: &[LogRow]) -> Result<(), BoxError>;
@@ -361,11 +370,11 @@ impl GroupCommitWriter {
         }
     }
 
-    pub(crate) async fn purge_ended(&self, ended_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
+    pub(crate) async fn purge(&self, of: PurgeOf, limit: usize) -> Result<u64, StoreError> {
         if limit == 0 {
             return Ok(0);
         }
-        self.call(|reply| Write::Purge { ended_before, limit, reply }).await
+        self.call(|reply| Write::Purge { of, limit, reply }).await
     }
 
     pub(crate) async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {

@@ -13,7 +13,7 @@ use tracing::{debug, error, warn};
 
 use super::hold::Held;
 use super::reply::{answer, fail, SharedError};
-use super::{written_lines, BatchDialect, InsertOutcomes, LogRow};
+use super::{written_lines, BatchDialect, InsertOutcomes, LogRow, PurgeOf};
 use crate::metrics;
 use crate::store::{BoxError, StateChange, StoreError};
 
@@ -56,7 +56,7 @@ pub(super) enum Write {
         reply: Reply<Vec<JobId>>,
     },
     Purge {
-        ended_before: Timestamp,
+        of: PurgeOf,
         limit: usize,
         reply: Reply<u64>,
     },
@@ -303,9 +303,7 @@ impl<D: BatchDialect> WriterTask<D> {
                     continue;
                 }
                 Write::DeleteAllLive { at, .. } => Outcome::Deleted(transaction.delete_all_live(*at).await?),
-                Write::Purge { ended_before, limit, .. } => {
-                    Outcome::Purged(transaction.purge_ended(*ended_before, *limit).await?)
-                }
+                Write::Purge { of, limit, .. } => Outcome::Purged(transaction.purge(of, *limit).await?),
                 Write::Flush { .. } | Write::Close { .. } => Outcome::Done,
             };
             outcomes.push(outcome);
@@ -409,13 +407,13 @@ impl<D: BatchDialect> Transaction<'_, D> {
         Ok(ids)
     }
 
-    async fn purge_ended(&mut self, ended_before: Timestamp, limit: usize) -> Result<u64, BoxError> {
+    async fn purge(&mut self, of: &PurgeOf, limit: usize) -> Result<u64, BoxError> {
         // The lines gathered so far go in first: should one concern a job this
         // purge deletes, it goes with it.
         if !self.log.is_empty() {
             self.write_gathered_lines().await?;
         }
-        self.dialect.purge_ended(&mut self.tx, ended_before, limit).await
+        self.dialect.purge(&mut self.tx, of, limit).await
     }
 
     /// Writes the gathered history lines and commits.
