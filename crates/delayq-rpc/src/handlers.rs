@@ -169,6 +169,18 @@ impl DelayQueueService for RpcServer {
         Ok(Response::new(pb::TopicReply { topic: topic.to_string(), paused: false }))
     }
 
+    async fn retry_dead(&self, request: Request<pb::TopicRequest>) -> Result<Response<pb::CountReply>, Status> {
+        let topic = topic(&request.into_inner().topic)?;
+        let count = self.queue.retry_dead_of_topic(&topic).await.map_err(queue_status)?;
+        Ok(Response::new(pb::CountReply { count }))
+    }
+
+    async fn delete_dead(&self, request: Request<pb::TopicRequest>) -> Result<Response<pb::CountReply>, Status> {
+        let topic = topic(&request.into_inner().topic)?;
+        let count = self.queue.delete_dead_of_topic(&topic).await.map_err(queue_status)?;
+        Ok(Response::new(pb::CountReply { count }))
+    }
+
     async fn restore(&self, request: Request<pb::RestoreRequest>) -> Result<Response<pb::RestoreReply>, Status> {
         let request = request.into_inner();
         let include_overdue = request.expire.unwrap_or(true);

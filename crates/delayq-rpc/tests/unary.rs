@@ -222,6 +222,16 @@ async fn run_a_delayed_job_now_and_retry_a_dead_one() {
 
     let refused = refusal(client.retry_job(retry).await);
     assert_eq!(refused, (Code::FailedPrecondition, format!("job {} is reserved", once.id)));
+    let again = pb::NackRequest { id: once.id.clone(), delay_ms: None, attempt: None };
+    client.nack(again).await.expect("nack: dead again");
+    let topic = || pb::TopicRequest { topic: "ops".into() };
+    assert_eq!(client.retry_dead(topic()).await.expect("retry dead").into_inner().count, 1);
+    assert_eq!(client.pop(pop("ops", 1)).await.expect("pop").into_inner().jobs.len(), 1);
+    let last = pb::NackRequest { id: once.id.clone(), delay_ms: None, attempt: None };
+    client.nack(last).await.expect("nack: dead once more");
+    assert_eq!(client.delete_dead(topic()).await.expect("delete dead").into_inner().count, 1);
+    let gone = refusal(client.get_job(pb::GetJobRequest { id: once.id.clone(), ..Default::default() }).await);
+    assert_eq!(gone.0, Code::NotFound);
     let unknown = refusal(client.run_job(pb::JobRequest { id: "ghost".into() }).await);
     assert_eq!(unknown.0, Code::NotFound);
 
