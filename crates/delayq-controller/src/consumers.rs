@@ -12,6 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::app::AppState;
 use crate::error::{ok, ApiError, ApiResult, Envelope};
 use crate::extract::Params;
+use crate::ops::millis;
 use crate::schemas::Refusal;
 
 /// The header a consumer may name itself in instead of `consumer=`.
@@ -87,12 +88,11 @@ pub(crate) async fn heartbeat(State(state): State<AppState>, headers: HeaderMap,
     let group = group_of(&params)?;
     let key = ConsumerKey { consumer, topic, group };
     state.queue.heartbeat(&key);
-    let forget_after_ms = u64::try_from(state.queue.settings().forget_consumers_after.as_millis()).unwrap_or(u64::MAX);
     ok(HeartbeatView {
         consumer: key.consumer.to_string(),
         topic: key.topic.to_string(),
         group: key.group.map(|group| group.to_string()),
-        forget_after_ms,
+        forget_after_ms: millis(state.queue.settings().forget_consumers_after),
     })
 }
 

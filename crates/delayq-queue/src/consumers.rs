@@ -78,18 +78,16 @@ impl Registry {
     /// silent since `forget_before`.
     fn prune(&mut self, now: Timestamp, forget_before: Timestamp) {
         let consumers = &mut self.consumers;
-        self.held.retain(|_, (key, deadline)| {
-            let over = *deadline <= now || !consumers.contains_key(key);
-            if over {
-                if let Some(seen) = consumers.get_mut(key) {
-                    seen.in_flight = seen.in_flight.saturating_sub(1);
-                }
-            }
-            !over
-        });
         consumers.retain(|_, seen| seen.last_seen >= forget_before);
-        let consumers = &self.consumers;
-        self.held.retain(|_, (key, _)| consumers.contains_key(key));
+        self.held.retain(|_, (key, deadline)| match consumers.get_mut(key) {
+            Some(seen) if *deadline <= now => {
+                seen.in_flight = seen.in_flight.saturating_sub(1);
+                false
+            }
+            Some(_) => true,
+            // Its consumer was forgotten.
+            None => false,
+        });
     }
 }
 
@@ -220,10 +218,7 @@ impl Consumers {
     /// When the scheduler cannot be reached.
     pub async fn all(&self, scheduler: &dyn Scheduler) -> QueueResult<Vec<ConsumerView>> {
         let now = Timestamp::now();
-        let local = self.local(now);
-        self.published_any.store(!local.is_empty(), Ordering::Relaxed);
-        let shared = scheduler.share_consumers(&self.node, &local, self.forget_before(now)).await?;
-        Ok(merge(shared))
+        Ok(merge(self.share(scheduler, &self.local(now), now).await?))
     }
 
     /// Publishes this node's consumers through `scheduler`, unless it has
@@ -231,12 +226,21 @@ impl Consumers {
     async fn publish(&self, scheduler: &dyn Scheduler) -> QueueResult<()> {
         let now = Timestamp::now();
         let local = self.local(now);
-        if local.is_empty() && !self.published_any.load(Ordering::Relaxed) {
-            return Ok(());
+        if !local.is_empty() || self.published_any.load(Ordering::Relaxed) {
+            self.share(scheduler, &local, now).await?;
         }
-        self.published_any.store(!local.is_empty(), Ordering::Relaxed);
-        scheduler.share_consumers(&self.node, &local, self.forget_before(now)).await?;
         Ok(())
+    }
+
+    /// Hands `local` (this node's consumers at `now`) to `scheduler`; returns every node's.
+    async fn share(
+        &self,
+        scheduler: &dyn Scheduler,
+        local: &[ConsumerView],
+        now: Timestamp,
+    ) -> QueueResult<Vec<ConsumerView>> {
+        self.published_any.store(!local.is_empty(), Ordering::Relaxed);
+        scheduler.share_consumers(&self.node, local, self.forget_before(now)).await
     }
 }
 

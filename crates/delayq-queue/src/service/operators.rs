@@ -96,7 +96,7 @@ impl DelayQueue {
         self.store.flush().await?;
         let stored = self.store.get(id).await?.ok_or_else(|| QueueError::NotFound(id.clone()))?;
         Ok(match self.scheduler.get(id).await? {
-            Some(held) => Job { state: held.state, attempt: held.attempt, run_at: held.run_at, ..stored },
+            Some(held) => stored.with_live_state(&held),
             None => stored,
         })
     }

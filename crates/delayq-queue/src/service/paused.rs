@@ -34,8 +34,11 @@ impl PausedTopics {
         read.as_ref().map(|(topics, _)| Arc::clone(topics)).unwrap_or_default()
     }
 
-    fn remember(&self, topics: HashSet<Topic>) {
-        *self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((Arc::new(topics), Instant::now()));
+    /// Takes `topics` as read now; returns them.
+    fn remember(&self, topics: Arc<HashSet<Topic>>) -> Arc<HashSet<Topic>> {
+        let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *read = Some((Arc::clone(&topics), Instant::now()));
+        topics
     }
 }
 
@@ -76,17 +79,14 @@ impl DelayQueue {
             Ok(topics) => topics,
             Err(error) => {
                 warn!(error = &error as &dyn std::error::Error, "could not read the paused topics");
-                let last = self.paused.last();
-                self.paused.remember(last.as_ref().clone());
-                last
+                self.paused.remember(self.paused.last())
             }
         }
     }
 
     async fn reread_paused(&self) -> QueueResult<Arc<HashSet<Topic>>> {
         let topics: HashSet<Topic> = self.store.paused_topics().await?.into_iter().collect();
-        self.paused.remember(topics);
-        Ok(self.paused.last())
+        Ok(self.paused.remember(Arc::new(topics)))
     }
 
     /// Waits while `topic` is paused, at most `wait`; returns what is left
