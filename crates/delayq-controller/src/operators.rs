@@ -1,7 +1,7 @@
 //! What an operator does to jobs and topics: `POST /jobs/{id}/run` (a
 //! delayed job due now), `POST /jobs/{id}/retry` (a dead job back to ready),
-//! `POST /topics/{topic}/dead/retry` and `/dead/delete` (every dead job of a topic), and
-//! `POST /topics/{topic}/pause` and `/resume`.
+//! `POST /topics/{topic}/dead/retry` and `/dead/delete` (every dead job of a
+//! topic), and `POST /topics/{topic}/pause` and `/resume`.
 
 use axum::extract::State;
 use delayq_common::Topic;
@@ -90,7 +90,8 @@ pub(crate) struct PausedView {
 
 /// `POST /topics/{topic}/pause`: the topic's jobs still fall due, but no pop,
 /// Subscribe stream or forwarder takes them until it is resumed (through any
-/// node: each reads the paused topics again every second). Pausing a paused topic changes nothing.
+/// node: each reads the paused topics again every second). Pausing a paused
+/// topic changes nothing.
 #[utoipa::path(
     post,
     path = "/topics/{topic}/pause",

@@ -181,7 +181,6 @@ impl<S: OverSql> JobStore for S {
     }
 
     async fn set_paused(&self, topic: &Topic, paused: bool, at: Timestamp) -> Result<(), StoreError> {
-        let at = i64::try_from(at.as_millis()).unwrap_or(i64::MAX);
         self.sql().reads.set_paused(topic, paused, at).await
     }
 

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Topic};
+use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
 use sqlx::query::Query;
 use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
 
@@ -207,7 +207,7 @@ pub(crate) trait Reads: Send + Sync + 'static {
     async fn paused_topics(&self) -> Result<Vec<Topic>, StoreError>;
 
     /// Pauses `topic` (at `at`) or resumes it.
-    async fn set_paused(&self, topic: &Topic, paused: bool, at: i64) -> Result<(), StoreError>;
+    async fn set_paused(&self, topic: &Topic, paused: bool, at: Timestamp) -> Result<(), StoreError>;
 
     /// Closes the connections.
     async fn close(&self);
@@ -315,9 +315,10 @@ where
         Ok(rows.into_iter().filter_map(|(Text(topic),)| Topic::parse(topic).ok()).collect())
     }
 
-    async fn set_paused(&self, topic: &Topic, paused: bool, at: i64) -> Result<(), StoreError> {
+    async fn set_paused(&self, topic: &Topic, paused: bool, at: Timestamp) -> Result<(), StoreError> {
         if paused {
-            self.execute(self.statements.pause_topic, &[Param::Text(topic.as_str()), Param::Integer(at)]).await
+            let row = [Param::Text(topic.as_str()), Param::Integer(epoch_ms(at))];
+            self.execute(self.statements.pause_topic, &row).await
         } else {
             self.execute(RESUME_TOPIC, &[Param::Text(topic.as_str())]).await
         }
