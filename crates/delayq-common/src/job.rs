@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::name::{JobId, Topic};
+use crate::name::{Group, JobId, Topic};
 use crate::state::JobState;
 use crate::time::Timestamp;
 
@@ -45,6 +45,10 @@ pub struct Job {
     /// How long a due job may wait unpopped before it expires; zero means never.
     #[serde(with = "duration_ms")]
     pub ttl: Duration,
+    /// The consumer groups of its topic it is delivered to; empty means
+    /// every group declared when it falls due.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<Group>,
     /// The number of the current (or next) delivery, starting at 1.
     pub attempt: u32,
     /// Where the job is in its life.
@@ -117,7 +121,7 @@ impl Job {
     }
 
     /// Returns the job without its payload: the body, subtopic, business key,
-    /// asked-for delay, backoff list and result, which only a consumer, a
+    /// asked-for delay, backoff list, groups and result, which only a consumer, a
     /// listing or a nack reads. What is left orders the job, hands it out and
     /// moves it through its states.
     pub fn without_payload(self) -> Job {
@@ -127,6 +131,7 @@ impl Job {
             biz_key: None,
             delay: Duration::ZERO,
             retry_backoff: Vec::new(),
+            groups: Vec::new(),
             result: None,
             ..self
         }
@@ -197,6 +202,7 @@ pub(crate) mod tests {
             state: JobState::Delay,
             result: None,
             updated_at: Timestamp::from_millis(1_000),
+            groups: Vec::new(),
         }
     }
 

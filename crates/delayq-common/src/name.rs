@@ -106,6 +106,60 @@ name_type!(
     "consumer"
 );
 
+/// Joins a job's id (or topic) and a group's name into the id (or topic) of
+/// the group's delivery of that job. The mark is outside the name charset, so
+/// no name a client gives can take the form.
+pub const GROUP_MARK: char = '/';
+
+/// Splits `value` into its name and group when it has the delivery form.
+fn group_parts(value: &str) -> Option<(&str, &str)> {
+    value.split_once(GROUP_MARK)
+}
+
+/// Checks a name as a store or a scheduler gives it back: a client's name, or
+/// the delivery form `name/group` ([`GROUP_MARK`]).
+fn validate_stored(field: &'static str, value: &str) -> Result<(), InvalidField> {
+    match group_parts(value) {
+        Some((name, group)) => {
+            validate_name(field, name)?;
+            validate_name("group", group)
+        }
+        None => validate_name(field, value),
+    }
+}
+
+macro_rules! grouped_name {
+    ($name:ident, $field:literal) => {
+        impl $name {
+            /// The name of `group`'s delivery of this one ([`GROUP_MARK`]).
+            pub fn for_group(&self, group: &Group) -> $name {
+                $name(format!("{}{GROUP_MARK}{}", self.0, group.0))
+            }
+
+            /// Returns the name this delivery is of and its group, when it is a
+            /// group's delivery ([`Self::for_group`]).
+            pub fn group_parts(&self) -> Option<($name, Group)> {
+                let (name, group) = group_parts(&self.0)?;
+                Some(($name(name.to_owned()), Group(group.to_owned())))
+            }
+
+            /// Validates a name as a store or a scheduler gives it back: one a
+            /// client could give, or a group's delivery form.
+            ///
+            /// # Errors
+            /// When it is neither.
+            pub fn parse_stored(value: impl Into<String>) -> Result<$name, InvalidField> {
+                let value = value.into();
+                validate_stored($field, &value)?;
+                Ok($name(value))
+            }
+        }
+    };
+}
+
+grouped_name!(JobId, "id");
+grouped_name!(Topic, "topic");
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +179,22 @@ mod tests {
         for bad in ["a b", "a/b", "ä", "a\n", "a*"] {
             assert_eq!(Topic::parse(bad).unwrap_err().field, "topic", "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_group_delivery_names_its_job_and_group_and_no_client_can_take_it() {
+        let id = JobId::parse("order:1").unwrap();
+        let group = Group::parse("billing").unwrap();
+        let delivery = id.for_group(&group);
+        assert_eq!(delivery.as_str(), "order:1/billing");
+        assert!(JobId::parse(delivery.as_str()).is_err());
+        assert_eq!(JobId::parse_stored(delivery.as_str()).unwrap(), delivery);
+        assert_eq!(delivery.group_parts(), Some((id.clone(), group.clone())));
+        assert_eq!(id.group_parts(), None);
+        let topic = Topic::parse("orders").unwrap().for_group(&group);
+        assert_eq!(topic.group_parts().unwrap().0.as_str(), "orders");
+        assert!(Topic::parse_stored("a/b/c").is_err());
+        assert!(Topic::parse_stored("a/").is_err());
     }
 
     #[test]

@@ -352,6 +352,7 @@ mod tests {
             state: delayq_common::JobState::Reserved,
             result: None,
             updated_at: Timestamp::from_millis(0),
+            groups: Vec::new(),
         }
     }
 

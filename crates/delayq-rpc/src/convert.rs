@@ -45,6 +45,7 @@ fn push_input(request: &pb::PushRequest) -> PushInput {
         subtopic: request.subtopic.clone(),
         biz_key: request.biz_key.clone(),
         replace: request.replace.then_some(true),
+        groups: None,
     }
 }
 
@@ -181,6 +182,7 @@ pub(crate) fn full_job(job: Job) -> pb::Job {
         state: state(job.state),
         result: job.result,
         updated_at: epoch(job.updated_at),
+        groups: Vec::new(),
     }
 }
 

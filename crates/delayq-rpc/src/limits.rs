@@ -179,6 +179,7 @@ mod tests {
             ttl_ms: Some(i64::MAX),
             retry_backoff_ms: vec![i64::MAX; 100],
             replace: true,
+            groups: Vec::new(),
         };
         assert!(push.encoded_len() <= LIMITS.push_bytes(), "{}", push.encoded_len());
         let batch = pb::PushBatchRequest { jobs: vec![push; MAX_BATCH_PUSH] };

@@ -3,7 +3,7 @@
 use std::error::Error as StdError;
 
 use async_trait::async_trait;
-use delayq_common::{ErrorKind, Job, JobId, JobState, Timestamp, Topic};
+use delayq_common::{ErrorKind, Group, Job, JobId, JobState, Timestamp, Topic};
 
 use crate::identity::StoreId;
 
@@ -310,6 +310,17 @@ pub trait JobStore: Send + Sync + 'static {
     /// Pauses `topic` at `at` (a paused one stays as it is) or resumes it (a
     /// running one too).
     async fn set_paused(&self, topic: &Topic, paused: bool, at: Timestamp) -> Result<(), StoreError>;
+
+    /// Returns the consumer groups declared now, by topic, then name.
+    async fn groups(&self) -> Result<Vec<(Topic, Group)>, StoreError>;
+
+    /// Declares `group` of `topic` at `at` (`declared`; a declared one keeps its
+    /// instant) or drops it; returns whether that changed anything.
+    async fn set_group(&self, topic: &Topic, group: &Group, declared: bool, at: Timestamp) -> Result<bool, StoreError>;
+
+    /// Returns every group's delivery of job `id` (the rows whose id is
+    /// `id/group`, see [`JobId::for_group`]), in any state, by id.
+    async fn deliveries_of(&self, id: &JobId) -> Result<Vec<Job>, StoreError>;
 
     /// Flushes the journal and closes the connections.
     async fn close(&self);

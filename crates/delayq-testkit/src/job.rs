@@ -49,6 +49,7 @@ pub fn job_created_at(id: &str, topic: &Topic, created: Timestamp, run_at: Times
         state: JobState::Delay,
         result: None,
         updated_at: created,
+        groups: Vec::new(),
     }
 }
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::{Due, Limits, TimeUnit, MAX_BACKOFF_ENTRIES, MAX_KEY_CHARS};
+use super::{Due, Limits, TimeUnit, MAX_BACKOFF_ENTRIES, MAX_KEY_CHARS, MAX_PUSH_GROUPS};
+use crate::name::Group;
 use crate::error::InvalidField;
 use crate::time::Timestamp;
 
@@ -104,4 +105,20 @@ pub(super) fn backoff_list(
         backoff.push(delay);
     }
     Ok(backoff)
+}
+
+/// Checks the groups a push is restricted to: each a valid name, at most
+/// [`MAX_PUSH_GROUPS`], each once (sorted, so that equal lists compare equal).
+pub(super) fn groups(value: Option<Vec<String>>) -> Result<Vec<Group>, InvalidField> {
+    let Some(names) = value else { return Ok(Vec::new()) };
+    if names.len() > MAX_PUSH_GROUPS {
+        return Err(InvalidField::new("groups", format!("must name at most {MAX_PUSH_GROUPS} groups")));
+    }
+    let mut groups = names
+        .into_iter()
+        .map(|name| Group::parse(name).map_err(|invalid| InvalidField::new("groups", invalid.reason)))
+        .collect::<Result<Vec<_>, _>>()?;
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
 }

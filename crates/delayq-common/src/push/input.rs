@@ -38,6 +38,8 @@ pub struct PushInput {
     pub biz_key: Option<String>,
     /// `replace`.
     pub replace: Option<bool>,
+    /// `groups`.
+    pub groups: Option<Vec<String>>,
 }
 
 impl PushInput {
@@ -65,6 +67,7 @@ impl PushInput {
             subtopic: reader.string("subtopic")?,
             biz_key: reader.string("bizKey")?,
             replace: reader.boolean("replace")?,
+            groups: reader.strings("groups")?,
         })
     }
 }
@@ -120,6 +123,19 @@ impl JsonFields<'_> {
             .iter()
             .map(|entry| integer_of(entry).ok_or_else(|| InvalidField::new(field, "entries must be integers >= 0")));
         Ok(Some(integers.collect::<Result<_, _>>()?))
+    }
+
+    fn strings(&self, field: &'static str) -> Result<Option<Vec<String>>, InvalidField> {
+        let Some(value) = self.get(field) else {
+            return Ok(None);
+        };
+        let Value::Array(entries) = value else {
+            return Err(InvalidField::new(field, "must be an array of strings"));
+        };
+        let strings = entries.iter().map(|entry| {
+            entry.as_str().map(str::to_owned).ok_or_else(|| InvalidField::new(field, "entries must be strings"))
+        });
+        Ok(Some(strings.collect::<Result<_, _>>()?))
     }
 
     fn boolean(&self, field: &'static str) -> Result<Option<bool>, InvalidField> {

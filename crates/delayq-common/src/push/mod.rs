@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::error::InvalidField;
 use crate::job::Job;
-use crate::name::{JobId, Topic};
+use crate::name::{Group, JobId, Topic};
 use crate::state::JobState;
 use crate::time::Timestamp;
 
@@ -38,6 +38,8 @@ pub const MAX_PRIORITY: u8 = 4;
 pub const MAX_RETRIES_LIMIT: u64 = 100_000;
 /// The most entries a `retryBackoff` list may have.
 pub const MAX_BACKOFF_ENTRIES: usize = 100;
+/// The most consumer groups one push may name.
+pub const MAX_PUSH_GROUPS: usize = 64;
 /// The longest business key or subtopic, in characters.
 pub const MAX_KEY_CHARS: usize = 128;
 
@@ -137,6 +139,8 @@ pub struct PushRequest {
     pub biz_key: Option<String>,
     /// Whether a live job with the same id or business key is updated in place.
     pub replace: bool,
+    /// The consumer groups to deliver to; empty means every group of the topic.
+    pub groups: Vec<Group>,
 }
 
 impl PushRequest {
@@ -196,6 +200,7 @@ impl PushRequest {
         }
         let subtopic = checks::key("subtopic", input.subtopic, 0)?.filter(|subtopic| !subtopic.is_empty());
         let biz_key = checks::key("bizKey", input.biz_key, 1)?;
+        let groups = checks::groups(input.groups)?;
         Ok(PushRequest {
             id,
             topic,
@@ -210,6 +215,7 @@ impl PushRequest {
             subtopic,
             biz_key,
             replace: input.replace.unwrap_or(false),
+            groups,
         })
     }
 
@@ -248,6 +254,7 @@ impl PushRequest {
             state,
             result: None,
             updated_at: now,
+            groups: self.groups,
         }
     }
 }
@@ -279,6 +286,22 @@ mod tests {
         assert_eq!(job.max_retries, 10);
         assert_eq!(job.attempt, 1);
         assert_eq!(job.ttl, Duration::ZERO);
+    }
+
+    #[test]
+    fn groups_are_checked_by_name_sorted_and_kept_on_the_job() {
+        let request = parse(json!({"topic": "t", "body": "b", "groups": ["b", "a", "b"]})).unwrap();
+        let job = request.into_job(JobId::parse("9").unwrap(), NOW, &JobDefaults::default());
+        let names: Vec<&str> = job.groups.iter().map(Group::as_str).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(refusal(json!({"topic": "t", "body": "b", "groups": "a"})), "groups must be an array of strings");
+        assert_eq!(refusal(json!({"topic": "t", "body": "b", "groups": [1]})), "groups entries must be strings");
+        assert_eq!(
+            refusal(json!({"topic": "t", "body": "b", "groups": ["a/b"]})),
+            "groups may only contain A-Z a-z 0-9 . _ : -"
+        );
+        let many: Vec<String> = (0..=MAX_PUSH_GROUPS).map(|n| format!("g{n}")).collect();
+        assert_eq!(refusal(json!({"topic": "t", "body": "b", "groups": many})), "groups must name at most 64 groups");
     }
 
     #[test]

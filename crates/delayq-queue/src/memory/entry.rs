@@ -71,6 +71,7 @@ impl Entry {
             state: self.state,
             result: None,
             updated_at: self.updated_at,
+            groups: Vec::new(),
         }
     }
 

@@ -178,6 +178,7 @@ pub(super) fn decode_record(id: JobId, topic: Topic, record: &[u8]) -> Result<Jo
         state,
         result,
         updated_at: Timestamp::from_millis(updated_at),
+        groups: Vec::new(),
     })
 }
 

@@ -118,5 +118,6 @@ fn push_again(job: &Job, due: Due) -> PushRequest {
         subtopic: job.subtopic.clone(),
         biz_key: job.biz_key.clone(),
         replace: false,
+        groups: Vec::new(),
     }
 }

@@ -47,5 +47,6 @@ pub fn push_request(topic: &Topic, id: Option<&JobId>, body: String, delay: Dura
         subtopic: None,
         biz_key: None,
         replace: false,
+        groups: Vec::new(),
     }
 }

@@ -106,6 +106,7 @@ impl JobRow {
             result: text(self.result),
             updated_at: timestamp("update_time", self.update_time)?,
             id,
+            groups: Vec::new(),
         })
     }
 }

@@ -44,6 +44,7 @@ pub async fn check_insert_get_round_trip(store: Arc<dyn JobStore>) {
         state: JobState::Ready,
         result: Some("partial".into()),
         updated_at: Timestamp::from_millis(1_700_000_000_456),
+        groups: Vec::new(),
     };
     insert_ok(&*store, &job).await;
     assert_eq!(get_ok(&*store, &job.id).await, job);
