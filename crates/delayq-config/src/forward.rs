@@ -140,13 +140,20 @@ impl RouteConfig {
             return Err(RouteProblem { key: "topics", reason: "must list at least one topic pattern".to_owned() });
         }
         for pattern in &self.topics {
-            let well_formed = !pattern.is_empty()
-                && pattern.len() <= 128
-                && pattern.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-' | '*'));
+            // `topic/group` names a consumer group's deliveries.
+            let well_formed = pattern.split('/').count() <= 2
+                && pattern.split('/').all(|part| {
+                    !part.is_empty()
+                        && part.len() <= 128
+                        && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-' | '*'))
+                });
             if !well_formed {
                 return Err(RouteProblem {
                     key: "topics",
-                    reason: format!("{pattern:?} is not a topic pattern (1-128 chars of A-Z a-z 0-9 . _ : - and *)"),
+                    reason: format!(
+                        "{pattern:?} is not a topic pattern (1-128 chars of A-Z a-z 0-9 . _ : - and *, optionally \
+                         followed by / and a group pattern)"
+                    ),
                 });
             }
         }

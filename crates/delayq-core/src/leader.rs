@@ -1,4 +1,5 @@
-//! Leader work: the timer, recovery and the forwarder run only while this node
+//! Leader work: the timer, recovery, the fan-out to consumer groups and the
+//! forwarder run only while this node
 //! leads (or is standalone). They stop when the role signal says otherwise, and
 //! pause while the leader's lease has lapsed (each checks it before every round).
 
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use delayq_controller::{Role as ApiRole, RoleInfo, RoleProvider};
 use delayq_forward::{run_forwarder_fenced, RouteTable};
 use delayq_ha::{Leadership, Role, RoleKind};
-use delayq_queue::{run_loader, run_recovery, run_timer_fenced, DelayQueue, RecoveryOptions};
+use delayq_queue::{run_fan_out, run_loader, run_recovery, run_timer_fenced, DelayQueue, RecoveryOptions};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -79,6 +80,9 @@ fn start_term(
     let loader_fence = Arc::clone(&leadership);
     let may_load = move || loader_fence.holds_leadership(epoch);
     tasks.push(tokio::spawn(run_loader(Arc::clone(&queue), stop.clone(), may_load)));
+    let fan_out_fence = Arc::clone(&leadership);
+    let may_fan_out = move || fan_out_fence.holds_leadership(epoch);
+    tasks.push(tokio::spawn(run_fan_out(Arc::clone(&queue), stop.clone(), may_fan_out)));
     let forward_fence = Arc::clone(&leadership);
     let may_forward = move || forward_fence.holds_leadership(epoch);
     tasks.push(tokio::spawn(run_forwarder_fenced(Arc::clone(&queue), routes, stop.clone(), may_forward)));

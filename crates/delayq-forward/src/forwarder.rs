@@ -103,7 +103,12 @@ async fn start_batches(
     in_flight: &mut JoinSet<()>,
 ) -> Result<usize, QueueError> {
     let mut started = 0;
+    let groups = queue.groups().await;
     for topic in queue.ready_topics().await? {
+        if groups.contains_key(&topic) {
+            // Its due jobs go to its groups; a route takes a group's deliveries (`topic/group`).
+            continue;
+        }
         let mut routed = routes.routes().iter().zip(permits);
         let Some((route, route_permits)) = routed.find(|(route, _)| route.takes(&topic)) else { continue };
         let route = Arc::clone(route);

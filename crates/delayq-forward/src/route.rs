@@ -10,47 +10,65 @@ use delayq_common::Topic;
 use crate::error::SinkError;
 use crate::sink::Sink;
 
-/// A topic pattern: `*` matches any run of characters, everything else itself.
+/// A topic pattern: `*` matches any run of characters, everything else
+/// itself. `topic/group` (each side a pattern) takes a consumer group's
+/// deliveries ([`Topic::for_group`](delayq_common::Topic::for_group)); a
+/// pattern without `/` takes topics alone, never a group's deliveries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicPattern {
     pattern: String,
 }
 
 impl TopicPattern {
-    /// Parses a pattern of topic characters and `*`.
+    /// Parses a pattern of topic characters and `*`, optionally followed by
+    /// `/` and a group pattern.
     ///
     /// # Errors
-    /// An empty pattern or a character a topic cannot hold.
+    /// An empty pattern (or side of it) or a character a topic cannot hold.
     pub fn parse(pattern: &str) -> Result<TopicPattern, SinkError> {
-        let well_formed = !pattern.is_empty()
-            && pattern.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-' | '*'));
+        let well_formed = pattern.split('/').count() <= 2
+            && pattern.split('/').all(|part| {
+                !part.is_empty()
+                    && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-' | '*'))
+            });
         if !well_formed {
             return Err(SinkError::Invalid {
                 field: "topics",
-                reason: format!("{pattern:?} is not a topic pattern (A-Z a-z 0-9 . _ : - and *)"),
+                reason: format!("{pattern:?} is not a topic pattern (A-Z a-z 0-9 . _ : - and *, optionally /group)"),
             });
         }
         Ok(TopicPattern { pattern: pattern.to_owned() })
     }
 
-    /// Returns whether the topic matches.
+    /// Returns whether the topic (or a group's deliveries, `topic/group`) matches.
     pub fn matches(&self, topic: &str) -> bool {
-        let mut pieces = self.pattern.split('*');
-        let Some(first) = pieces.next() else { return false };
-        let Some(mut rest) = topic.strip_prefix(first) else { return false };
-        let pieces: Vec<&str> = pieces.collect();
-        let Some((last, middle)) = pieces.split_last() else {
-            // No `*` at all: the whole topic must equal the pattern.
-            return rest.is_empty();
-        };
-        for piece in middle {
-            match rest.split_once(piece) {
-                Some((_, after)) => rest = after,
-                None => return false,
+        match (self.pattern.split_once('/'), topic.split_once('/')) {
+            (None, None) => glob_matches(&self.pattern, topic),
+            (Some((topics, groups)), Some((topic, group))) => {
+                glob_matches(topics, topic) && glob_matches(groups, group)
             }
+            _ => false,
         }
-        rest.len() >= last.len() && rest.ends_with(last)
     }
+}
+
+/// Returns whether `text` matches `pattern`, whose `*` matches any run of characters.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    let mut pieces = pattern.split('*');
+    let Some(first) = pieces.next() else { return false };
+    let Some(mut rest) = text.strip_prefix(first) else { return false };
+    let pieces: Vec<&str> = pieces.collect();
+    let Some((last, middle)) = pieces.split_last() else {
+        // No `*` at all: the whole text must equal the pattern.
+        return rest.is_empty();
+    };
+    for piece in middle {
+        match rest.split_once(piece) {
+            Some((_, after)) => rest = after,
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// The default number of jobs reserved and published at a time.
@@ -196,9 +214,20 @@ mod tests {
     }
 
     #[test]
+    fn a_group_pattern_takes_that_groups_deliveries_and_a_topic_pattern_none() {
+        assert!(matches("order/billing", "order/billing"));
+        assert!(matches("order.*/*", "order.eu/billing"));
+        assert!(!matches("order/billing", "order/shipping"));
+        assert!(!matches("order/billing", "order"));
+        assert!(!matches("*", "order/billing"), "a topic pattern never takes a group's deliveries");
+    }
+
+    #[test]
     fn malformed_patterns_are_refused() {
         assert!(TopicPattern::parse("").is_err());
-        assert!(TopicPattern::parse("order/*").is_err());
+        assert!(TopicPattern::parse("order/").is_err());
+        assert!(TopicPattern::parse("a/b/c").is_err());
+        assert!(TopicPattern::parse("order?").is_err());
     }
 
     fn route(label: &str, patterns: &[&str]) -> Route {

@@ -8,6 +8,7 @@
 //! - [`scheduler`]: the [`Scheduler`] trait every backend implements.
 //! - [`memory`]: the in-process backend.
 //! - [`timer`]: the loop that promotes due jobs.
+//! - [`fan_out`]: the loop that hands due jobs of topics with consumer groups to their groups.
 //! - [`recovery`]: the leader's loop that restores a scheduler that lost its
 //!   data and reconciles it with the store.
 //! - `combine`: calls that arrive together sent to a backend together.
@@ -25,6 +26,7 @@ mod combine;
 pub mod consumers;
 pub mod error;
 pub mod failpoint;
+pub mod fan_out;
 pub mod horizon;
 mod id_locks;
 pub mod memory;
@@ -47,10 +49,13 @@ pub mod timer;
 
 pub use consumers::{run_publisher, ConsumerKey, ConsumerView, Consumers};
 pub use error::{QueueError, QueueResult, INTERNAL_MESSAGE};
+pub use fan_out::run_fan_out;
 pub use horizon::run_loader;
 pub use memory::MemoryScheduler;
 pub use recovery::{run_recovery, RecoveryOptions};
 pub use redis::{RedisScheduler, RedisSchedulerOptions};
 pub use scheduler::{HorizonMarks, MemoryUse, Promotion, RestoreFence, Scheduler, TopicStats};
-pub use service::{DelayQueue, HorizonStats, JobDetails, JobPage, Pushed, QueueSettings, QueueStats};
+pub use service::{
+    DelayQueue, Delivery, HorizonStats, JobDetails, JobPage, Pushed, QueueSettings, QueueStats, TopicGroups,
+};
 pub use timer::{run_timer, run_timer_fenced, LeaseGate};

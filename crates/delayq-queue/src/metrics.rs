@@ -24,6 +24,8 @@ pub const DATA_LOSSES: &str = "delayq_scheduler_data_losses_total";
 pub const RECONCILIATIONS: &str = "delayq_reconciliations_total";
 /// Live jobs of the store that reconciliation found missing from the scheduler and put back.
 pub const RECONCILED: &str = "delayq_reconciled_jobs_total";
+/// Jobs of topics with groups handed to their groups (each made one delivery per group).
+pub const FANNED_OUT: &str = "delayq_fanned_out_jobs_total";
 /// Seconds between a job's due time and its delivery.
 pub const LATENESS: &str = "delayq_delivery_lateness_seconds";
 
@@ -46,6 +48,10 @@ pub(crate) fn record_nack() {
 
 pub(crate) fn record_delete() {
     metrics::counter!(DELETES).increment(1);
+}
+
+pub(crate) fn record_fan_out(jobs: usize) {
+    metrics::counter!(FANNED_OUT).increment(jobs as u64);
 }
 
 pub(crate) fn record_restored(count: u64) {

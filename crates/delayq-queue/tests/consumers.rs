@@ -41,8 +41,10 @@ async fn check_nodes_list_each_others_consumers(name: &str, scheduler: Arc<dyn S
     let (a, b, _dir) = two_nodes(scheduler, Duration::from_secs(60)).await;
     let topic = common::topic(&format!("consumers.{}", common::unique_prefix().replace([':', '-'], "_")));
     a.push(common::push_request(&topic, None, "x".to_owned(), Duration::ZERO)).await.expect("push");
-    let popped =
-        a.pop_for(Some(&consumer("worker-a", &topic).consumer), &topic, 1, Duration::from_secs(5)).await.expect("pop");
+    let popped = a
+        .pop_for(Some(&consumer("worker-a", &topic).consumer), &topic, None, 1, Duration::from_secs(5))
+        .await
+        .expect("pop");
     assert_eq!(popped.len(), 1, "{name}");
     b.heartbeat(&consumer("worker-b", &topic));
 

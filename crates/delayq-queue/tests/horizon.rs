@@ -21,10 +21,12 @@ use delayq_queue::{
     run_loader, run_recovery, run_timer, DelayQueue, MemoryScheduler, QueueError, QueueResult, QueueSettings,
     RecoveryOptions, RestoreFence, Scheduler,
 };
-use delayq_store::{JobStore, MysqlStore, SqliteStore};
+use delayq_store::JobStore;
 use tokio_util::sync::CancellationToken;
 
 mod common;
+
+use common::deployments::{on_every_deployment, Deployment};
 
 /// The horizon of every check: short, so jobs cross it within seconds.
 const HORIZON: Duration = Duration::from_millis(1_500);
@@ -32,64 +34,6 @@ const HORIZON: Duration = Duration::from_millis(1_500);
 const PAGE: usize = 20;
 /// How long a check waits for its jobs at most.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// A scheduler and a store, and what keeps them alive.
-struct Deployment {
-    name: String,
-    scheduler: Arc<dyn Scheduler>,
-    store: Arc<dyn JobStore>,
-    /// The Redis URL and key prefix, for a standalone Redis.
-    redis: Option<(String, String)>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-/// Every pairing the services allow, each on fresh state.
-async fn deployments() -> Vec<Deployment> {
-    let mysql = delayq_testkit::service("DELAYQ_TEST_MYSQL_URL");
-    let redis = delayq_testkit::service("DELAYQ_TEST_REDIS_URL");
-    let cluster = delayq_testkit::service("DELAYQ_TEST_REDIS_CLUSTER");
-    let mut all = Vec::new();
-    let schedulers: Vec<(&str, Option<String>)> =
-        vec![("memory", None), ("redis", redis.clone()), ("redis cluster", cluster.clone())];
-    for (scheduler_name, url) in schedulers {
-        if scheduler_name != "memory" && url.is_none() {
-            continue;
-        }
-        for store_name in ["sqlite", "mysql"] {
-            if store_name == "mysql" && mysql.is_none() {
-                continue;
-            }
-            // Redis Cluster is the distributed deployment: with MariaDB only.
-            if scheduler_name == "redis cluster" && store_name == "sqlite" {
-                continue;
-            }
-            let prefix = common::unique_prefix();
-            let scheduler: Arc<dyn Scheduler> = match &url {
-                None => Arc::new(MemoryScheduler::new()),
-                Some(url) => Arc::new(common::connect(url, &prefix).await),
-            };
-            let (store, dir): (Arc<dyn JobStore>, _) = match (store_name, &mysql) {
-                ("mysql", Some(mysql)) => {
-                    (Arc::new(MysqlStore::open_scratch(mysql, "horizon".to_owned()).await.expect("mysql")), None)
-                }
-                _ => {
-                    let dir = tempfile::tempdir().expect("temp dir");
-                    let store = SqliteStore::open_in(dir.path(), "horizon".to_owned()).await.expect("sqlite");
-                    (Arc::new(store) as Arc<dyn JobStore>, Some(dir))
-                }
-            };
-            let standalone = (scheduler_name == "redis").then(|| url.clone().zip(Some(prefix))).flatten();
-            all.push(Deployment {
-                name: format!("{scheduler_name} + {store_name}"),
-                scheduler,
-                store,
-                redis: standalone,
-                _dir: dir,
-            });
-        }
-    }
-    all
-}
 
 fn settings() -> QueueSettings {
     QueueSettings { horizon: Some(HORIZON), restore_batch: PAGE, ..QueueSettings::default() }
@@ -252,16 +196,6 @@ async fn push_spread(
     expected
 }
 
-/// Runs `check` on every deployment at once. Each check holds its deployment
-/// whole (behind an `Arc`), temporary directory included, until it ends.
-async fn on_every_deployment<F, Fut>(check: F)
-where
-    F: Fn(Arc<Deployment>) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    futures::future::join_all(deployments().await.into_iter().map(|deployment| check(Arc::new(deployment)))).await;
-}
-
 /// Where jobs are pushed so that they start beyond the horizon: the horizon
 /// rounded up to the end of its due-time bucket, and a bucket more.
 fn beyond_the_horizon() -> Duration {
@@ -399,13 +333,7 @@ struct EmptiedMidLoad {
 
 impl EmptiedMidLoad {
     async fn empty(&self) {
-        let client = redis::Client::open(self.url.as_str()).expect("client");
-        let mut connection = client.get_multiplexed_async_connection().await.expect("connection");
-        let keys: Vec<String> =
-            redis::cmd("KEYS").arg(format!("*{}*", self.prefix)).query_async(&mut connection).await.expect("keys");
-        if !keys.is_empty() {
-            let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut connection).await.expect("del");
-        }
+        common::deployments::empty_redis(&self.url, &self.prefix).await;
     }
 }
 

@@ -178,6 +178,10 @@ impl DueCursor {
     }
 }
 
+/// The most deliveries [`JobStore::deliveries_of`] returns for one job: far
+/// more groups than a topic is expected to declare, while one read stays small.
+pub const MAX_DELIVERIES: usize = 1_000;
+
 /// How many jobs of a topic are in a state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateCount {
@@ -319,7 +323,8 @@ pub trait JobStore: Send + Sync + 'static {
     async fn set_group(&self, topic: &Topic, group: &Group, declared: bool, at: Timestamp) -> Result<bool, StoreError>;
 
     /// Returns every group's delivery of job `id` (the rows whose id is
-    /// `id/group`, see [`JobId::for_group`]), in any state, by id.
+    /// `id/group`, see [`JobId::for_group`]), in any state, by id: at most
+    /// [`MAX_DELIVERIES`], the first by id.
     async fn deliveries_of(&self, id: &JobId) -> Result<Vec<Job>, StoreError>;
 
     /// Flushes the journal and closes the connections.

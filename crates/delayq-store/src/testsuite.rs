@@ -28,12 +28,14 @@ pub use delayq_testkit::{job_id, unique_name};
 use crate::store::{JobStore, ListCursor, StateChange, StoreError};
 
 mod bounds;
+mod groups;
 mod identity;
 mod outage;
 mod reads;
 mod writes;
 
 pub use bounds::*;
+pub use groups::*;
 pub use identity::*;
 pub use outage::SqliteWriteLock;
 pub use reads::*;
@@ -74,6 +76,11 @@ macro_rules! store_conformance {
                 check_live_jobs_page_by_due_time,
                 check_far_jobs_page_by_coarse_bucket,
                 check_pause_and_resume_topics,
+                check_job_groups_round_trip,
+                check_declare_and_drop_groups,
+                check_deliveries_of_a_job,
+                check_longest_delivery_names_round_trip,
+                check_deliveries_are_bounded,
                 check_purge_dead_of_a_topic,
                 check_counts,
                 check_counts_follow_every_change,

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{Due, Limits, TimeUnit, MAX_BACKOFF_ENTRIES, MAX_KEY_CHARS, MAX_PUSH_GROUPS};
-use crate::name::Group;
 use crate::error::InvalidField;
+use crate::name::Group;
 use crate::time::Timestamp;
 
 /// A field that must be given.

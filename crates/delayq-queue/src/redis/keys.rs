@@ -87,7 +87,7 @@ pub(super) fn decode_id(field: &[u8]) -> Result<JobId, CodecError> {
         };
         String::from_utf8(raw.to_vec()).map_err(|_| CodecError("id"))?
     };
-    JobId::parse(text).map_err(|_| CodecError("id"))
+    JobId::parse_stored(text).map_err(|_| CodecError("id"))
 }
 
 /// Returns the number when `text` is its canonical decimal form (no sign, no leading zero).

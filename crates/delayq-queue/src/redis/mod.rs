@@ -380,7 +380,7 @@ impl Scheduler for RedisScheduler {
         Ok(per_topic
             .into_iter()
             .filter_map(|(name, [delay, ready, reserved])| {
-                let topic = Topic::parse(name).ok()?;
+                let topic = Topic::parse_stored(name).ok()?;
                 Some(TopicStats { topic, delay, ready, reserved })
             })
             .collect())

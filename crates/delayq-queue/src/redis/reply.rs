@@ -77,7 +77,7 @@ pub(super) fn instant(value: &Value) -> Result<Option<u64>, CodecError> {
 /// Reads a topic name.
 pub(super) fn topic(value: Value) -> Result<Topic, CodecError> {
     let name = String::from_utf8(bytes(value)?).map_err(|_| CodecError("topic"))?;
-    Topic::parse(name).map_err(|_| CodecError("topic"))
+    Topic::parse_stored(name).map_err(|_| CodecError("topic"))
 }
 
 /// Reads the list of topics a script made ready.

@@ -4,9 +4,9 @@ use super::*;
 use crate::consumers::{ConsumerKey, ConsumerView};
 
 impl DelayQueue {
-    /// Notes that `consumer` takes jobs of `topic` now; returns its key.
-    pub(super) fn consumer_seen(&self, consumer: &ConsumerName, topic: &Topic) -> ConsumerKey {
-        let key = ConsumerKey { consumer: consumer.clone(), topic: topic.clone(), group: None };
+    /// Notes that `consumer` takes jobs of `topic` (in `group`) now; returns its key.
+    pub(super) fn consumer_seen(&self, consumer: &ConsumerName, topic: &Topic, group: Option<&Group>) -> ConsumerKey {
+        let key = ConsumerKey { consumer: consumer.clone(), topic: topic.clone(), group: group.cloned() };
         self.consumers.heartbeat(&key, Timestamp::now());
         key
     }

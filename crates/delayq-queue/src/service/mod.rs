@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::{ConsumerName, InvalidField, Job, JobId, JobState, PushRequest, Snowflake, Timestamp, Topic};
+use delayq_common::{
+    ConsumerName, Group, InvalidField, Job, JobId, JobState, PushRequest, Snowflake, Timestamp, Topic,
+};
 use delayq_store::{bucket_end, due_bucket, DueCursor, JobStore, ListCursor, LogEntry, StateChange};
 use futures::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::{mpsc, Mutex, RwLock, RwLockWriteGuard, Semaphore};
@@ -51,7 +53,10 @@ use crate::metrics as queue_metrics;
 use crate::scheduler::{check_attempt, Promotion, Scheduler};
 
 mod batch;
+mod cached;
 mod consumers;
+mod fan_out;
+mod groups;
 mod operators;
 mod paused;
 mod payloads;
@@ -61,6 +66,7 @@ mod restore;
 mod settings;
 mod stats;
 
+pub use self::groups::{Delivery, TopicGroups};
 pub use self::settings::{
     QueueSettings, DEFAULT_HISTORY_LIMIT, DEFAULT_MAX_WAITERS, MAX_BATCH_PUSH, MAX_HISTORY_LIMIT, MAX_POP_COUNT,
     MAX_POP_WAIT,
@@ -84,6 +90,8 @@ pub struct JobDetails {
     pub job: Job,
     /// Its newest state changes (as many as asked for), oldest first.
     pub history: Vec<LogEntry>,
+    /// Each group's delivery of it, by group, when its topic has groups.
+    pub deliveries: Vec<Delivery>,
 }
 
 /// One page of a listing.
@@ -133,7 +141,9 @@ pub struct DelayQueue {
     /// The consumers that reach this node.
     consumers: Consumers,
     /// The paused topics, as this node last read them.
-    paused: paused::PausedTopics,
+    paused: cached::Cached<std::collections::HashSet<Topic>>,
+    /// The consumer groups of each topic, as this node last read them.
+    groups: cached::Cached<groups::TopicGroups>,
 }
 
 impl DelayQueue {
@@ -163,7 +173,8 @@ impl DelayQueue {
             horizon_status,
             stored_counts: Mutex::new(None),
             consumers,
-            paused: paused::PausedTopics::default(),
+            paused: cached::Cached::default(),
+            groups: cached::Cached::default(),
         }
     }
 
@@ -305,12 +316,37 @@ impl DelayQueue {
         self.scheduler.touch(id, attempt).await
     }
 
-    /// Cancels a live job in any state.
+    /// Cancels a live job in any state, with every group's delivery of it
+    /// (a job handed to its groups has ended: then its live deliveries are
+    /// what is cancelled, and the job is returned as deleted).
     ///
     /// # Errors
-    /// `NotFound` when no job ever had this id; `WrongState` naming the state of an ended one.
+    /// `NotFound` when no job ever had this id; `WrongState` naming the state
+    /// of an ended one that has no live delivery.
     #[instrument(skip(self))]
     pub async fn delete(&self, id: &JobId) -> QueueResult<Job> {
+        match self.delete_one(id).await {
+            Ok(job) => {
+                if self.groups().await.contains_key(&job.topic) {
+                    // A fan-out under way may have created some of them.
+                    self.delete_deliveries(id).await?;
+                }
+                Ok(job)
+            }
+            Err(QueueError::WrongState { id: ended, state }) => {
+                if id.group_parts().is_none() && self.delete_deliveries(id).await? > 0 {
+                    let mut job = self.store.get(id).await?.ok_or_else(|| QueueError::NotFound(id.clone()))?;
+                    job.state = JobState::Deleted;
+                    return Ok(job);
+                }
+                Err(QueueError::WrongState { id: ended, state })
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Cancels one live job (or delivery) in any state.
+    async fn delete_one(&self, id: &JobId) -> QueueResult<Job> {
         let _id_guard = self.id_locks.lock(id).await;
         let _transition = self.transitions.read().await;
         let mut job = match self.scheduler.get(id).await? {
@@ -344,17 +380,27 @@ impl DelayQueue {
     /// Returns a job in any state with the newest `history_limit` lines of its
     /// history (at most [`MAX_HISTORY_LIMIT`]), oldest first.
     pub async fn get_with_history(&self, id: &JobId, history_limit: usize) -> QueueResult<JobDetails> {
-        let Some(mut job) = self.store.get(id).await? else {
+        let Some(job) = self.store.get(id).await? else {
             return Err(QueueError::NotFound(id.clone()));
         };
+        let mut details = self.details_of(job, history_limit).await?;
+        if id.group_parts().is_none() {
+            details.deliveries = self.deliveries(id, history_limit).await?;
+        }
+        Ok(details)
+    }
+
+    /// Returns a stored job with its freshest state and its history.
+    async fn details_of(&self, mut job: Job, history_limit: usize) -> QueueResult<JobDetails> {
+        let id = job.id.clone();
         if job.state.is_live() {
             // The scheduler is ahead of the background journal.
-            if let Ok(Some(live)) = self.scheduler.get(id).await {
+            if let Ok(Some(live)) = self.scheduler.get(&id).await {
                 job = job.with_live_state(&live);
             }
         }
-        let history = self.store.history(id, history_limit.min(MAX_HISTORY_LIMIT)).await?;
-        Ok(JobDetails { job, history })
+        let history = self.store.history(&id, history_limit.min(MAX_HISTORY_LIMIT)).await?;
+        Ok(JobDetails { job, history, deliveries: Vec::new() })
     }
 
     /// Lists a topic's jobs in a state, oldest due first.

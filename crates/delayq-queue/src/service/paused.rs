@@ -1,8 +1,8 @@
 //! Paused topics: their jobs still fall due, but no pop (so no Subscribe
 //! stream and no forwarder) takes them until the topic is resumed. The store
 //! keeps the list, so a pause outlives restarts and leader changes; each node
-//! reads it again at most every [`FRESH_FOR`], so a pause or resume through
-//! another node holds here within that.
+//! reads it again at most every second (`cached.rs`), so a pause or resume
+//! through another node holds here within that.
 
 use std::collections::HashSet;
 
@@ -10,37 +10,8 @@ use tokio::time::Instant;
 
 use super::*;
 
-/// How long a node trusts the list of paused topics it read.
-const FRESH_FOR: Duration = Duration::from_secs(1);
 /// How often a pop that waits on a paused topic looks whether it was resumed.
 const POLL: Duration = Duration::from_millis(250);
-
-/// The list of paused topics as this node last read it.
-#[derive(Default)]
-pub(super) struct PausedTopics {
-    read: std::sync::Mutex<Option<(Arc<HashSet<Topic>>, Instant)>>,
-    /// Held by the one caller reading the list again.
-    reading: Mutex<()>,
-}
-
-impl PausedTopics {
-    fn fresh(&self) -> Option<Arc<HashSet<Topic>>> {
-        let read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        read.as_ref().filter(|(_, at)| at.elapsed() < FRESH_FOR).map(|(topics, _)| Arc::clone(topics))
-    }
-
-    fn last(&self) -> Arc<HashSet<Topic>> {
-        let read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        read.as_ref().map(|(topics, _)| Arc::clone(topics)).unwrap_or_default()
-    }
-
-    /// Takes `topics` as read now; returns them.
-    fn remember(&self, topics: Arc<HashSet<Topic>>) -> Arc<HashSet<Topic>> {
-        let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *read = Some((Arc::clone(&topics), Instant::now()));
-        topics
-    }
-}
 
 impl DelayQueue {
     /// Pauses `topic`: its jobs still fall due, but none is handed out until
@@ -64,29 +35,16 @@ impl DelayQueue {
         Ok(())
     }
 
-    /// Returns the paused topics, read from the store at most [`FRESH_FOR`]
+    /// Returns the paused topics, read from the store at most a second
     /// ago. While the store cannot be read, the list last read (none, if it
     /// never was) stands, so that pops keep being served from the scheduler.
     pub async fn paused_topics(&self) -> Arc<HashSet<Topic>> {
-        if let Some(topics) = self.paused.fresh() {
-            return topics;
-        }
-        let _reading = self.paused.reading.lock().await;
-        if let Some(topics) = self.paused.fresh() {
-            return topics;
-        }
-        match self.reread_paused().await {
-            Ok(topics) => topics,
-            Err(error) => {
-                warn!(error = &error as &dyn std::error::Error, "could not read the paused topics");
-                self.paused.remember(self.paused.last())
-            }
-        }
+        self.paused.get("paused topics", || self.reread_paused()).await
     }
 
     async fn reread_paused(&self) -> QueueResult<Arc<HashSet<Topic>>> {
         let topics: HashSet<Topic> = self.store.paused_topics().await?.into_iter().collect();
-        Ok(self.paused.remember(Arc::new(topics)))
+        Ok(self.paused.remember(topics))
     }
 
     /// Waits while `topic` is paused, at most `wait`; returns what is left

@@ -10,20 +10,24 @@ impl DelayQueue {
     /// [`QueueError::Busy`] when `wait` is not zero and as many pops as
     /// [`QueueSettings::max_waiters`] are waiting already.
     pub async fn pop(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
-        self.pop_for(None, topic, count, wait).await
+        self.pop_for(None, topic, None, count, wait).await
     }
 
-    /// [`DelayQueue::pop`] for the consumer that names itself `consumer`, which
-    /// the registry of consumers notes ([`crate::consumers`]).
+    /// [`DelayQueue::pop`] of `group`'s deliveries (required when the topic
+    /// has groups, see [`DelayQueue::declare_group`]), for the consumer that
+    /// names itself `consumer`, which the registry of consumers notes
+    /// ([`crate::consumers`]). A pause of the topic holds for its groups.
     #[instrument(skip(self))]
     pub async fn pop_for(
         &self,
         consumer: Option<&ConsumerName>,
         topic: &Topic,
+        group: Option<&Group>,
         count: usize,
         wait: Duration,
     ) -> QueueResult<Vec<Job>> {
-        let consumer = consumer.map(|name| self.consumer_seen(name, topic));
+        let queue = self.popped_topic(topic, group).await?;
+        let consumer = consumer.map(|name| self.consumer_seen(name, topic, group));
         // A pop journals what it reserves: while the database does not take
         // the journal, refuse rather than let it grow.
         self.store.check_journal_room()?;
@@ -38,7 +42,7 @@ impl DelayQueue {
         let Some(wait) = self.wait_while_paused(topic, wait.min(MAX_POP_WAIT)).await else {
             return Ok(Vec::new());
         };
-        let jobs = self.scheduler.reserve(topic, count, wait).await?;
+        let jobs = self.scheduler.reserve(&queue, count, wait).await?;
         if jobs.is_empty() {
             return Ok(jobs);
         }

@@ -4,6 +4,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod deployments;
 pub mod intercept;
 pub mod topic_metadata;
 

@@ -191,6 +191,7 @@ static READS: ReadStatements = ReadStatements {
     live_jobs_due: LIVE_JOBS_DUE_QUERY,
     counts: COUNTS_QUERY,
     pause_topic: "INSERT IGNORE INTO topic_pause (topic, paused_at) VALUES (?, ?)",
+    declare_group: "INSERT IGNORE INTO topic_group (topic, group_name, declared_at) VALUES (?, ?, ?)",
     insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) \
                       ON DUPLICATE KEY UPDATE meta_key = meta_key",
 };

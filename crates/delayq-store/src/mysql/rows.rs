@@ -9,7 +9,7 @@ macro_rules! job_assignments {
     () => {
         "bizkey = ?, topic = ?, subtopic = ?, delay = ?, create_time = ?, body = ?, status = ?, \
          ttl = ?, update_time = ?, run_at = ?, ttr = ?, priority = ?, attempt = ?, max_retries = ?, \
-         retry_backoff = ?, result = ?"
+         retry_backoff = ?, result = ?, job_groups = ?"
     };
 }
 pub(super) use job_assignments;
@@ -22,7 +22,9 @@ pub(super) fn job_wire_size(job: &Job) -> usize {
         .iter()
         .map(|text| text.map_or(0, str::len))
         .sum::<usize>();
-    FIXED_COLUMNS + texts + optional + job.retry_backoff.len() * 21
+    // Each group's name and its separator.
+    let groups = job.groups.iter().map(|group| group.as_str().len() + 1).sum::<usize>();
+    FIXED_COLUMNS + texts + optional + groups + job.retry_backoff.len() * 21
 }
 
 #[cfg(test)]

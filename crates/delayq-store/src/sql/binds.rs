@@ -6,7 +6,7 @@ use delayq_common::Job;
 use sqlx::query::Query;
 use sqlx::{Database, Encode, Type};
 
-use super::rows::{duration_ms, encode_backoff, epoch_ms, job_columns};
+use super::rows::{duration_ms, encode_backoff, encode_groups, epoch_ms, job_columns};
 use crate::store::StateChange;
 use crate::writer::LogRow;
 
@@ -18,6 +18,8 @@ pub(crate) trait Bind<'q>: Sized {
     fn optional_text(self, value: Option<&'q str>) -> Self;
     /// Binds a text the statement owns.
     fn owned_text(self, value: String) -> Self;
+    /// Binds a text the statement owns, or NULL.
+    fn optional_owned_text(self, value: Option<String>) -> Self;
     /// Binds an integer.
     fn integer(self, value: i64) -> Self;
 }
@@ -28,6 +30,7 @@ where
     &'q str: Encode<'q, DB> + Type<DB>,
     Option<&'q str>: Encode<'q, DB> + Type<DB>,
     String: Encode<'q, DB> + Type<DB>,
+    Option<String>: Encode<'q, DB> + Type<DB>,
     i64: Encode<'q, DB> + Type<DB>,
 {
     fn text(self, value: &'q str) -> Self {
@@ -39,6 +42,10 @@ where
     }
 
     fn owned_text(self, value: String) -> Self {
+        self.bind(value)
+    }
+
+    fn optional_owned_text(self, value: Option<String>) -> Self {
         self.bind(value)
     }
 
@@ -74,6 +81,7 @@ pub(crate) fn bind_job_assignments<'q, B: Bind<'q>>(query: B, job: &'q Job) -> B
         .integer(i64::from(job.max_retries))
         .owned_text(encode_backoff(&job.retry_backoff))
         .optional_text(job.result.as_deref())
+        .optional_owned_text(encode_groups(&job.groups))
 }
 
 /// Binds what a state change sets: `status`, `attempt`, `run_at`, `update_time`, `result`.

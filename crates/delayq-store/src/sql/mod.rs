@@ -14,13 +14,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use delayq_common::{Group, Job, JobId, JobState, Timestamp, Topic};
 
 use self::reads::{JobsRead, Reads};
 use crate::identity::StoreId;
 use crate::options::StoreOptions;
 use crate::retention::RetentionTask;
-use crate::store::{DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError};
+use crate::store::{DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError, MAX_DELIVERIES};
 use crate::writer::{BatchDialect, GroupCommitWriter, InsertOutcomes, PurgeOf};
 
 /// The parts of a store over SQL: its identity, its reads, the writer and the
@@ -182,6 +182,18 @@ impl<S: OverSql> JobStore for S {
 
     async fn set_paused(&self, topic: &Topic, paused: bool, at: Timestamp) -> Result<(), StoreError> {
         self.sql().reads.set_paused(topic, paused, at).await
+    }
+
+    async fn groups(&self) -> Result<Vec<(Topic, Group)>, StoreError> {
+        self.sql().reads.groups().await
+    }
+
+    async fn set_group(&self, topic: &Topic, group: &Group, declared: bool, at: Timestamp) -> Result<bool, StoreError> {
+        self.sql().reads.set_group(topic, group, declared, at).await
+    }
+
+    async fn deliveries_of(&self, id: &JobId) -> Result<Vec<Job>, StoreError> {
+        self.sql().reads.deliveries_of(id, MAX_DELIVERIES).await
     }
 
     async fn close(&self) {

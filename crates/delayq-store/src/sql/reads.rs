@@ -7,8 +7,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use delayq_common::name::GROUP_MARK;
+use delayq_common::{Group, Job, JobId, JobState, Timestamp, Topic};
+use sqlx::mysql::MySqlQueryResult;
 use sqlx::query::Query;
+use sqlx::sqlite::SqliteQueryResult;
 use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
 
 use super::binds::Bind;
@@ -40,12 +43,32 @@ pub(crate) struct ReadStatements {
     pub(crate) insert_store_id: &'static str,
     /// Pauses a topic unless it is paused: the topic, the instant.
     pub(crate) pause_topic: &'static str,
+    /// Declares a group of a topic unless it is declared: the topic, the
+    /// group, the instant.
+    pub(crate) declare_group: &'static str,
 }
 
 /// The paused topics, in both dialects.
 const PAUSED_TOPICS: &str = "SELECT topic FROM topic_pause ORDER BY topic";
 /// Resumes a topic, in both dialects: the topic.
 const RESUME_TOPIC: &str = "DELETE FROM topic_pause WHERE topic = ?";
+
+/// The declared groups by topic and name, in both dialects.
+const GROUPS: &str = "SELECT topic, group_name FROM topic_group ORDER BY topic, group_name";
+/// Drops a group of a topic, in both dialects: the topic, the group.
+const DROP_GROUP: &str = "DELETE FROM topic_group WHERE topic = ? AND group_name = ?";
+
+/// The rows whose ids lie strictly between two bounds, by id, in both
+/// dialects: the bounds, the limit. With the bounds `<id>/` and `<id>0` (the
+/// character after the mark) it reads the deliveries of job `<id>` as a range
+/// of the primary key. A `LIKE` pattern built from the id would take its `_`
+/// as a wildcard, and SQLite's `LIKE`, which ignores case, cannot use the key.
+const JOBS_BETWEEN_IDS: &str =
+    concat!("SELECT ", job_columns!(), " FROM job WHERE id > ? AND id < ? ORDER BY id LIMIT ?");
+
+/// The character right after [`GROUP_MARK`]: every id that starts with
+/// `<id>/` sorts below `<id>0`, byte by byte as both databases compare ids.
+const AFTER_GROUP_MARK: char = '0';
 
 /// How a page after a cursor compares the cursor with a row.
 pub(crate) enum CursorForm {
@@ -209,8 +232,36 @@ pub(crate) trait Reads: Send + Sync + 'static {
     /// Pauses `topic` (at `at`) or resumes it.
     async fn set_paused(&self, topic: &Topic, paused: bool, at: Timestamp) -> Result<(), StoreError>;
 
+    /// Returns the declared groups by topic and name.
+    async fn groups(&self) -> Result<Vec<(Topic, Group)>, StoreError>;
+
+    /// Declares `group` of `topic` (at `at`) or drops it; returns whether a row
+    /// was written or deleted.
+    async fn set_group(&self, topic: &Topic, group: &Group, declared: bool, at: Timestamp) -> Result<bool, StoreError>;
+
+    /// Returns up to `limit` deliveries of job `id`, by id.
+    async fn deliveries_of(&self, id: &JobId, limit: usize) -> Result<Vec<Job>, StoreError>;
+
     /// Closes the connections.
     async fn close(&self);
+}
+
+/// How many rows a statement wrote or deleted, as each driver reports it.
+pub(crate) trait RowsAffected {
+    /// Returns the count.
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        SqliteQueryResult::rows_affected(self)
+    }
+}
+
+impl RowsAffected for MySqlQueryResult {
+    fn rows_affected(&self) -> u64 {
+        MySqlQueryResult::rows_affected(self)
+    }
 }
 
 /// [`Reads`] on a pool of `DB`.
@@ -240,6 +291,7 @@ where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> Query<'q, DB, DB::Arguments<'q>>: Bind<'q>,
+    DB::QueryResult: RowsAffected,
 {
     /// Returns the rows `sql` selects with `params`, decoded.
     async fn fetch<O>(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<O>, StoreError>
@@ -250,10 +302,10 @@ where
         self.run(query.try_map(|row: DB::Row| O::from_row(&row)).fetch_all(&self.pool)).await
     }
 
-    /// Runs `sql` with `params`, ignoring what it returns.
-    async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<(), StoreError> {
+    /// Runs `sql` with `params`; returns how many rows it wrote or deleted.
+    async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
         let query = params.iter().fold(sqlx::query(sql), |query, param| param.bind(query));
-        self.run(query.execute(&self.pool)).await.map(drop)
+        self.run(query.execute(&self.pool)).await.map(|done| done.rows_affected())
     }
 
     /// Awaits `statement` within the deadline; a failure makes the store unavailable.
@@ -273,9 +325,11 @@ where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> Query<'q, DB, DB::Arguments<'q>>: Bind<'q>,
+    DB::QueryResult: RowsAffected,
     for<'r> JobRow: FromRow<'r, DB::Row>,
     for<'r> LogEntryRow: FromRow<'r, DB::Row>,
     for<'r> (Text, Text, i64): FromRow<'r, DB::Row>,
+    for<'r> (Text, Text): FromRow<'r, DB::Row>,
     for<'r> (Text,): FromRow<'r, DB::Row>,
 {
     async fn jobs(&self, read: JobsRead<'_>) -> Result<Vec<Job>, StoreError> {
@@ -295,7 +349,7 @@ where
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.execute("SELECT 1", &[]).await
+        self.execute("SELECT 1", &[]).await.map(drop)
     }
 
     async fn store_id(&self) -> Result<StoreId, StoreError> {
@@ -318,13 +372,47 @@ where
     async fn set_paused(&self, topic: &Topic, paused: bool, at: Timestamp) -> Result<(), StoreError> {
         if paused {
             let row = [Param::Text(topic.as_str()), Param::Integer(epoch_ms(at))];
-            self.execute(self.statements.pause_topic, &row).await
+            self.execute(self.statements.pause_topic, &row).await.map(drop)
         } else {
-            self.execute(RESUME_TOPIC, &[Param::Text(topic.as_str())]).await
+            self.execute(RESUME_TOPIC, &[Param::Text(topic.as_str())]).await.map(drop)
         }
+    }
+
+    async fn groups(&self) -> Result<Vec<(Topic, Group)>, StoreError> {
+        let rows: Vec<(Text, Text)> = self.fetch(GROUPS, &[]).await?;
+        // A row no valid topic and group could have written is left out.
+        let valid =
+            |(Text(topic), Text(group)): (Text, Text)| Some((Topic::parse(topic).ok()?, Group::parse(group).ok()?));
+        Ok(rows.into_iter().filter_map(valid).collect())
+    }
+
+    async fn set_group(&self, topic: &Topic, group: &Group, declared: bool, at: Timestamp) -> Result<bool, StoreError> {
+        let (topic, group) = (Param::Text(topic.as_str()), Param::Text(group.as_str()));
+        let changed = if declared {
+            self.execute(self.statements.declare_group, &[topic, group, Param::Integer(epoch_ms(at))]).await?
+        } else {
+            self.execute(DROP_GROUP, &[topic, group]).await?
+        };
+        Ok(changed > 0)
+    }
+
+    async fn deliveries_of(&self, id: &JobId, limit: usize) -> Result<Vec<Job>, StoreError> {
+        let (from, to) = (format!("{id}{GROUP_MARK}"), format!("{id}{AFTER_GROUP_MARK}"));
+        let params = [Param::Text(&from), Param::Text(&to), Param::Integer(sql_count(limit))];
+        into_jobs(self.fetch(JOBS_BETWEEN_IDS, &params).await?)
     }
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upper_bound_of_deliveries_follows_the_mark() {
+        assert_eq!(u32::from(AFTER_GROUP_MARK), u32::from(GROUP_MARK) + 1);
     }
 }

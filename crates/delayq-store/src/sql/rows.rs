@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use delayq_common::{Job, JobId, JobState, Timestamp, Topic};
+use delayq_common::{Group, Job, JobId, JobState, Timestamp, Topic};
 use sqlx::error::BoxDynError;
 use sqlx::{Database, Decode, Type};
 
@@ -14,13 +14,16 @@ use crate::store::{LogEntry, StateCount, StoreError};
 macro_rules! job_columns {
     () => {
         "id, bizkey, topic, subtopic, delay, create_time, body, status, ttl, update_time, \
-         run_at, ttr, priority, attempt, max_retries, retry_backoff, result"
+         run_at, ttr, priority, attempt, max_retries, retry_backoff, result, job_groups"
     };
 }
 pub(crate) use job_columns;
 
 /// How many values [`bind_job`](super::binds::bind_job) binds: one per column of [`job_columns!`].
-pub(crate) const JOB_COLUMN_COUNT: usize = 17;
+pub(crate) const JOB_COLUMN_COUNT: usize = 18;
+
+/// What separates the names in `job_groups` (no name holds it).
+const GROUP_SEPARATOR: char = ',';
 
 /// A text column, as either database returns it.
 ///
@@ -79,6 +82,7 @@ pub(crate) struct JobRow {
     max_retries: i64,
     retry_backoff: Text,
     result: Option<Text>,
+    job_groups: Option<Text>,
 }
 
 impl JobRow {
@@ -89,7 +93,7 @@ impl JobRow {
     pub(crate) fn into_job(self) -> Result<Job, StoreError> {
         let id = job_id(self.id.0)?;
         Ok(Job {
-            topic: Topic::parse(self.topic.0).map_err(|error| corrupt("topic", error))?,
+            topic: topic(self.topic.0)?,
             subtopic: text(self.subtopic),
             body: self.body.0,
             biz_key: text(self.bizkey),
@@ -106,7 +110,7 @@ impl JobRow {
             result: text(self.result),
             updated_at: timestamp("update_time", self.update_time)?,
             id,
-            groups: Vec::new(),
+            groups: decode_groups(text(self.job_groups).as_deref())?,
         })
     }
 }
@@ -139,11 +143,7 @@ impl LogEntryRow {
 
 /// Checks and converts a row of the counts query: topic, status, count.
 pub(crate) fn state_count((Text(topic), Text(status), count): (Text, Text, i64)) -> Result<StateCount, StoreError> {
-    Ok(StateCount {
-        topic: Topic::parse(topic).map_err(|error| corrupt("topic", error))?,
-        state: state(&status)?,
-        count: number("count", count)?,
-    })
+    Ok(StateCount { topic: self::topic(topic)?, state: state(&status)?, count: number("count", count)? })
 }
 
 /// Checks and converts the id and attempt of a job a statement changed.
@@ -158,9 +158,14 @@ pub(crate) fn biz_key_taken(job: &Job, holder: Option<Text>) -> StoreError {
     StoreError::BizKeyTaken { topic: job.topic.clone(), biz_key, id: text(holder).unwrap_or_default() }
 }
 
-/// Parses an `id` column.
+/// Parses an `id` column: a client's id or a group's delivery of one.
 fn job_id(id: String) -> Result<JobId, StoreError> {
-    JobId::parse(id).map_err(|error| corrupt("id", error))
+    JobId::parse_stored(id).map_err(|error| corrupt("id", error))
+}
+
+/// Parses a `topic` column: a client's topic or a group's delivery topic.
+fn topic(topic: String) -> Result<Topic, StoreError> {
+    Topic::parse_stored(topic).map_err(|error| corrupt("topic", error))
 }
 
 /// Returns an instant as an SQL integer (saturating; no real instant overflows).
@@ -182,6 +187,21 @@ pub(crate) fn sql_count(count: usize) -> i64 {
 pub(crate) fn encode_backoff(backoff: &[Duration]) -> String {
     let millis: Vec<String> = backoff.iter().map(|delay| duration_ms(*delay).to_string()).collect();
     format!("[{}]", millis.join(","))
+}
+
+/// Encodes the groups a job is restricted to as `job_groups` holds them:
+/// their names joined by [`GROUP_SEPARATOR`], or NULL for none.
+pub(crate) fn encode_groups(groups: &[Group]) -> Option<String> {
+    if groups.is_empty() {
+        return None;
+    }
+    let names: Vec<&str> = groups.iter().map(Group::as_str).collect();
+    Some(names.join(&GROUP_SEPARATOR.to_string()))
+}
+
+fn decode_groups(column: Option<&str>) -> Result<Vec<Group>, StoreError> {
+    let Some(names) = column else { return Ok(Vec::new()) };
+    names.split(GROUP_SEPARATOR).map(|name| Group::parse(name).map_err(|error| corrupt("job_groups", error))).collect()
 }
 
 fn decode_backoff(text: &str) -> Result<Vec<Duration>, StoreError> {
@@ -228,6 +248,29 @@ mod tests {
         assert_eq!(decode_backoff("[100,2000]").ok(), Some(backoff));
         assert_eq!(encode_backoff(&[]), "[]");
         assert!(matches!(decode_backoff("[-1]"), Err(StoreError::Corrupt(_))));
+    }
+
+    #[test]
+    fn groups_round_trip_as_comma_separated_names_or_null() {
+        let groups: Vec<Group> = ["a", "b.c"].into_iter().map(|name| Group::parse(name).unwrap()).collect();
+        assert_eq!(encode_groups(&groups).as_deref(), Some("a,b.c"));
+        assert_eq!(decode_groups(Some("a,b.c")).ok(), Some(groups));
+        assert_eq!(encode_groups(&[]), None);
+        assert_eq!(decode_groups(None).ok(), Some(Vec::new()));
+        for corrupt in ["", "a,,b", "a,", "a/b", "a b"] {
+            assert!(matches!(decode_groups(Some(corrupt)), Err(StoreError::Corrupt(_))), "{corrupt:?}");
+        }
+        assert!(Group::parse(format!("a{GROUP_SEPARATOR}b")).is_err(), "no name holds the separator");
+    }
+
+    #[test]
+    fn delivery_ids_and_topics_read_back_and_other_forms_are_corrupt() {
+        assert_eq!(job_id("order:1/billing".into()).ok().map(String::from).as_deref(), Some("order:1/billing"));
+        assert_eq!(topic("orders/billing".into()).ok().map(String::from).as_deref(), Some("orders/billing"));
+        for corrupt in ["a/b/c", "a/", "/b", ""] {
+            assert!(matches!(job_id(corrupt.into()), Err(StoreError::Corrupt(_))), "{corrupt:?}");
+            assert!(matches!(topic(corrupt.into()), Err(StoreError::Corrupt(_))), "{corrupt:?}");
+        }
     }
 
     #[test]

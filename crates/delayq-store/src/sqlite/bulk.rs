@@ -22,7 +22,7 @@ use crate::sql::binds::{bind_job, multi_row_values, INSERT_JOB_ROWS};
 use crate::sql::is_unique_violation;
 use crate::sql::rows::JOB_COLUMN_COUNT;
 
-/// Jobs per multi-row statement (17 parameters each, far below SQLite's 32766).
+/// Jobs per multi-row statement (18 parameters each, far below SQLite's 32766).
 pub(super) const JOBS_PER_STATEMENT: usize = 256;
 
 /// The conflict clause of a multi-row insert: as the single insert's (see the

@@ -32,7 +32,7 @@ use crate::writer::{collapse, moves_forward, BatchDialect, InsertOutcomes, LogRo
 const INSERT_JOB: &str = concat!(
     "INSERT INTO job (",
     job_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
     overwrite_on_conflict!("excluded.status"),
     " WHERE job.status NOT IN ",
     live_states!(),
@@ -43,8 +43,8 @@ const INSERT_JOB: &str = concat!(
 const REPLACE_JOB: &str = concat!(
     "UPDATE job SET bizkey = ?2, topic = ?3, subtopic = ?4, delay = ?5, create_time = ?6, \
      body = ?7, status = ?8, ttl = ?9, update_time = ?10, run_at = ?11, ttr = ?12, \
-     priority = ?13, attempt = ?14, max_retries = ?15, retry_backoff = ?16, result = ?17 \
-     WHERE id = ?1 AND status IN ",
+     priority = ?13, attempt = ?14, max_retries = ?15, retry_backoff = ?16, result = ?17, \
+     job_groups = ?18 WHERE id = ?1 AND status IN ",
     live_states!(),
     " RETURNING id"
 );

@@ -302,6 +302,8 @@ static READS: ReadStatements = ReadStatements {
     counts: COUNTS_QUERY,
     insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON CONFLICT (meta_key) DO NOTHING",
     pause_topic: "INSERT INTO topic_pause (topic, paused_at) VALUES (?, ?) ON CONFLICT (topic) DO NOTHING",
+    declare_group: "INSERT INTO topic_group (topic, group_name, declared_at) VALUES (?, ?, ?) \
+                    ON CONFLICT (topic, group_name) DO NOTHING",
 };
 
 /// The jobs per topic and state: live states counted from the partial index of

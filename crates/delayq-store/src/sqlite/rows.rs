@@ -34,7 +34,8 @@ macro_rules! overwrite_on_conflict {
             ", ttl = excluded.ttl, update_time = excluded.update_time, \
              run_at = excluded.run_at, ttr = excluded.ttr, priority = excluded.priority, \
              attempt = excluded.attempt, max_retries = excluded.max_retries, \
-             retry_backoff = excluded.retry_backoff, result = excluded.result"
+             retry_backoff = excluded.retry_backoff, result = excluded.result, \
+             job_groups = excluded.job_groups"
         )
     };
 }

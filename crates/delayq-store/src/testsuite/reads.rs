@@ -10,6 +10,10 @@ use super::bounds::{
     check_counts_follow_every_change, check_history_returns_the_newest_lines, check_purge_dead_of_a_topic,
     check_purge_ended, counts_of,
 };
+use super::groups::{
+    check_declare_and_drop_groups, check_deliveries_are_bounded, check_deliveries_of_a_job,
+    check_job_groups_round_trip, check_longest_delivery_names_round_trip,
+};
 use super::writes::{
     check_batch_with_refused_items, check_biz_key_unique_among_live_jobs, check_changes_of_a_job_within_one_write,
     check_concurrent_inserts_are_durable, check_duplicate_live_id_is_refused, check_ended_jobs_never_move,
@@ -321,6 +325,11 @@ pub async fn check_all_concurrently(store: Arc<dyn JobStore>) {
         check_live_jobs_page_by_due_time(Arc::clone(&store)),
         check_far_jobs_page_by_coarse_bucket(Arc::clone(&store)),
         check_pause_and_resume_topics(Arc::clone(&store)),
+        check_job_groups_round_trip(Arc::clone(&store)),
+        check_declare_and_drop_groups(Arc::clone(&store)),
+        check_deliveries_of_a_job(Arc::clone(&store)),
+        check_longest_delivery_names_round_trip(Arc::clone(&store)),
+        check_deliveries_are_bounded(Arc::clone(&store)),
         check_purge_dead_of_a_topic(Arc::clone(&store)),
         check_counts(Arc::clone(&store)),
         check_counts_follow_every_change(Arc::clone(&store)),

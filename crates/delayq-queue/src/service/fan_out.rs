@@ -1,0 +1,142 @@
+//! The fan-out: a due job of a topic with groups is reserved like any job,
+//! its deliveries are written to the store and scheduled, and only then is
+//! the job itself finished (see [`crate::fan_out`] for the task that runs it).
+//!
+//! Every step can be cut short (a crash, a Redis that lost its data, a store
+//! outage): the job then stays reserved and comes back after its ttr, and the
+//! fan-out runs again. It writes no delivery twice (those the store holds are
+//! only brought back into the scheduler when live), so a group never gets a
+//! job twice from one fan-out and never loses one.
+
+use std::collections::{HashMap, HashSet};
+
+use super::*;
+
+impl DelayQueue {
+    /// Reserves up to `count` due jobs of `topic` to fan out to its groups,
+    /// waiting up to `wait` for the first; journals the reservations.
+    pub async fn reserve_to_fan_out(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
+        self.store.check_journal_room()?;
+        let jobs = self.scheduler.reserve(topic, count.clamp(1, MAX_POP_COUNT), wait).await?;
+        if !jobs.is_empty() {
+            let now = Timestamp::now();
+            self.store.journal(jobs.iter().map(|job| StateChange::of(job, now)).collect());
+        }
+        Ok(jobs)
+    }
+
+    /// Hands `reserved` jobs of `topic` to the groups the topic has now (or
+    /// those of them each job's push named): creates each group's delivery,
+    /// then finishes the job. Returns how many deliveries it created.
+    ///
+    /// # Errors
+    /// When the store or the scheduler fails; the jobs not finished come back
+    /// after their ttr and are fanned out again.
+    pub async fn fan_out(&self, topic: &Topic, reserved: Vec<Job>) -> QueueResult<usize> {
+        let _id_guard = self.id_locks.lock_all(reserved.iter().map(|job| &job.id)).await;
+        let groups = self.groups_of(topic).await;
+        let now = Timestamp::now();
+        let ids: Vec<JobId> = reserved.iter().map(|job| job.id.clone()).collect();
+        let mut stored: HashMap<JobId, Job> =
+            self.store.get_many(&ids).await?.into_iter().map(|job| (job.id.clone(), job)).collect();
+        let mut handed = Vec::with_capacity(reserved.len());
+        let mut deliveries = Vec::new();
+        for held in reserved {
+            let Some(job) = stored.remove(&held.id) else {
+                warn!(job_id = %held.id, "a job reserved to fan out is not in the store");
+                continue;
+            };
+            if !job.state.is_live() {
+                // Ended through another node after it was reserved.
+                self.forget_in_scheduler(&held.id).await?;
+                continue;
+            }
+            let job = job.with_live_state(&held);
+            let named = |group: &&Group| job.groups.is_empty() || job.groups.contains(group);
+            deliveries.extend(groups.iter().filter(named).map(|group| delivery_of(&job, group, now)));
+            handed.push(job);
+        }
+        let created = self.create_deliveries(deliveries).await?;
+        self.finish_handed(handed, now).await?;
+        Ok(created)
+    }
+
+    /// Stores and schedules the deliveries the store does not hold yet, and
+    /// brings back into the scheduler the live ones it holds (written by a
+    /// fan-out cut short); returns how many it created.
+    async fn create_deliveries(&self, deliveries: Vec<Job>) -> QueueResult<usize> {
+        if deliveries.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<JobId> = deliveries.iter().map(|delivery| delivery.id.clone()).collect();
+        let stored: HashSet<JobId> = self.store.get_many(&ids).await?.into_iter().map(|job| job.id).collect();
+        let (again, fresh): (Vec<Job>, Vec<Job>) =
+            deliveries.into_iter().partition(|delivery| stored.contains(&delivery.id));
+        let outcomes = self.store.insert(fresh.clone()).await?;
+        let mut inserted = Vec::with_capacity(fresh.len());
+        for (delivery, outcome) in fresh.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => inserted.push(delivery),
+                Err(refused) => warn!(job_id = %delivery.id, error = %refused, "a group's delivery was refused"),
+            }
+        }
+        for scheduled in self.scheduler.schedule_batch(&inserted).await? {
+            match scheduled {
+                Ok(()) | Err(QueueError::Conflict(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        for delivery in again {
+            match self.restore_job(&delivery.id).await {
+                Ok(_) | Err(QueueError::WrongState { .. } | QueueError::NotFound(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(inserted.len())
+    }
+
+    /// Finishes the jobs whose deliveries exist now: in the store, then in the scheduler.
+    async fn finish_handed(&self, handed: Vec<Job>, now: Timestamp) -> QueueResult<()> {
+        if handed.is_empty() {
+            return Ok(());
+        }
+        let _transition = self.transitions.read().await;
+        let changes = handed
+            .iter()
+            .map(|job| {
+                let finished = Job { state: JobState::Finished, updated_at: now, ..job.clone() };
+                StateChange::of(&finished, now)
+            })
+            .collect();
+        self.store.record(changes).await?;
+        for job in &handed {
+            match self.scheduler.finish(&job.id, Some(job.attempt)).await {
+                // Deleted meanwhile, or its ttr ran out and it is fanned out again
+                // (which creates nothing twice).
+                Ok(_)
+                | Err(QueueError::NotFound(_) | QueueError::WrongState { .. } | QueueError::StaleAttempt { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        queue_metrics::record_fan_out(handed.len());
+        Ok(())
+    }
+}
+
+/// Returns `group`'s delivery of `job`, due when the job was, created at `now`.
+/// It leaves the business key with the job: a key names one live job of a
+/// topic, and the job's next push under that key may fall due while this
+/// delivery is still live.
+fn delivery_of(job: &Job, group: &Group, now: Timestamp) -> Job {
+    Job {
+        id: job.id.for_group(group),
+        topic: job.topic.for_group(group),
+        biz_key: None,
+        groups: Vec::new(),
+        attempt: 1,
+        state: JobState::Ready,
+        result: None,
+        updated_at: now,
+        ..job.clone()
+    }
+}
