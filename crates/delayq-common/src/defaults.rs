@@ -21,3 +21,8 @@ pub const DEFAULT_FORWARD_BATCH: usize = 100;
 
 /// The time one publish of a forwarding route may take unless configured otherwise, in ms.
 pub const DEFAULT_FORWARD_TIMEOUT_MS: u64 = 10_000;
+
+/// The most consumer groups a topic may declare: each due job of the topic
+/// becomes one delivery per group, written in one fan-out, and a lookup of
+/// the job lists them all.
+pub const MAX_GROUPS_PER_TOPIC: usize = 100;

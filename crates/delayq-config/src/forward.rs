@@ -258,8 +258,12 @@ mod tests {
         let mut bad = route("log");
         bad.topics = vec![];
         assert_eq!(bad.validate().unwrap_err().key, "topics");
-        bad.topics = vec!["order/*".to_owned()];
+        bad.topics = vec!["order/".to_owned()];
         assert_eq!(bad.validate().unwrap_err().key, "topics");
+        bad.topics = vec!["order/a/b".to_owned()];
+        assert_eq!(bad.validate().unwrap_err().key, "topics");
+        bad.topics = vec!["order/*".to_owned()];
+        assert!(bad.validate().is_ok(), "a group's deliveries may be routed");
         let mut batch = route("log");
         batch.batch = Some(101);
         assert_eq!(batch.validate().unwrap_err().key, "batch");

@@ -12,7 +12,7 @@ use crate::secret_errors::{describe_parse_error, without_secrets};
 
 /// The file read when no `--config` is given and it exists.
 pub const DEFAULT_CONFIG_PATH: &str = "config/delayq.toml";
-use delayq_common::defaults::MAX_REDIS_SHARDS;
+use delayq_common::defaults::{MAX_GROUPS_PER_TOPIC, MAX_REDIS_SHARDS};
 
 /// The flat `DELAYQ_*` variables of the API contract and the keys they set.
 pub(crate) const FLAT_VARIABLES: [(&str, &str); 7] = [
@@ -165,6 +165,19 @@ impl Config {
         let (least, most) = FORGET_AFTER_BOUNDS_MS;
         if !(least..=most).contains(&self.consumers.forget_after_ms) {
             return invalid("consumers.forget_after_ms", format!("must be from {least} to {most}"));
+        }
+        for (topic, groups) in &self.groups {
+            if let Err(invalid_name) = delayq_common::Topic::parse(topic.as_str()) {
+                return invalid("groups", format!("{topic:?}: {invalid_name}"));
+            }
+            if let Some(Err(invalid_name)) =
+                groups.iter().map(|group| delayq_common::Group::parse(group.as_str())).find(Result::is_err)
+            {
+                return invalid("groups", format!("{topic:?}: {invalid_name}"));
+            }
+            if groups.len() > MAX_GROUPS_PER_TOPIC {
+                return invalid("groups", format!("{topic:?}: at most {MAX_GROUPS_PER_TOPIC} groups a topic"));
+            }
         }
         if self.jobs.priority > MAX_PRIORITY {
             return invalid("jobs.priority", format!("must be from 0 to {MAX_PRIORITY}"));

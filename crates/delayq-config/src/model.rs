@@ -1,5 +1,6 @@
 //! The configuration structs, with every default a named constant.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -67,6 +68,10 @@ pub struct Config {
     pub forward: ForwardConfig,
     /// The registry of consumers.
     pub consumers: ConsumersConfig,
+    /// Consumer groups declared at start, by topic (`orders = ["billing", "shipping"]`).
+    /// Declaring is all the file does: a group left out later stays declared
+    /// until `DELETE /topics/{topic}/groups/{group}` drops it.
+    pub groups: BTreeMap<String, Vec<String>>,
 }
 
 /// The registry of consumers.

@@ -63,6 +63,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         info!(restored, "scheduler rebuilt from the store");
     }
 
+    declare_configured_groups(&queue, &config).await?;
+
     let tasks = TaskTracker::new();
     if let Some(node_registry) = node_registry {
         tasks.spawn(node_registry.run_heartbeat(root.child_token()));
@@ -197,4 +199,19 @@ fn cancel_on_signal(root: CancellationToken) -> anyhow::Result<impl std::future:
         }
         root.cancel();
     })
+}
+
+/// Declares the consumer groups the configuration names (`[groups]`).
+async fn declare_configured_groups(queue: &DelayQueue, config: &Config) -> anyhow::Result<()> {
+    for (topic, groups) in &config.groups {
+        let topic = delayq_common::Topic::parse(topic.as_str())?;
+        for group in groups {
+            let group = delayq_common::Group::parse(group.as_str())?;
+            queue
+                .declare_group(&topic, &group)
+                .await
+                .with_context(|| format!("failed to declare group {group} of {topic}"))?;
+        }
+    }
+    Ok(())
 }

@@ -74,6 +74,22 @@ fn a_horizon_beyond_twenty_hours_is_refused_by_name() {
 }
 
 #[test]
+fn groups_in_the_file_are_checked_by_name() {
+    Jail::expect_with(|jail| {
+        jail.create_file("delayq.toml", "[groups]\n\"order.paid\" = [\"billing\", \"shipping\"]\n")?;
+        let config = Config::load(Some(Path::new("delayq.toml"))).expect("valid");
+        assert_eq!(config.groups["order.paid"], ["billing", "shipping"]);
+        jail.create_file("delayq.toml", "[groups]\norders = [\"bill ing\"]\n")?;
+        let error = Config::load(Some(Path::new("delayq.toml"))).expect_err("a bad group name");
+        assert_eq!(
+            error.to_string(),
+            "invalid configuration: groups \"orders\": group may only contain A-Z a-z 0-9 . _ : -"
+        );
+        Ok(())
+    });
+}
+
+#[test]
 fn the_registry_forgets_consumers_after_a_second_to_a_day() {
     Jail::expect_with(|jail| {
         assert_eq!(Config::load(None).expect("defaults").consumers.forget_after_ms, 60_000);

@@ -16,6 +16,8 @@ use std::collections::HashMap;
 
 use super::*;
 
+pub use delayq_common::defaults::MAX_GROUPS_PER_TOPIC;
+
 /// The declared groups of each topic that has any, by name.
 pub type TopicGroups = HashMap<Topic, Vec<Group>>;
 
@@ -33,8 +35,17 @@ impl DelayQueue {
     /// falls due is delivered to it. Returns whether it was new.
     ///
     /// # Errors
-    /// When the store fails.
+    /// When the store fails; [`QueueError::Invalid`] naming `group` when the
+    /// topic has [`MAX_GROUPS_PER_TOPIC`] groups already.
     pub async fn declare_group(&self, topic: &Topic, group: &Group) -> QueueResult<bool> {
+        let declared = self.reread_groups().await?.get(topic).cloned().unwrap_or_default();
+        if declared.len() >= MAX_GROUPS_PER_TOPIC && !declared.contains(group) {
+            return Err(InvalidField::new(
+                "group",
+                format!("cannot be declared: topic {topic} has {MAX_GROUPS_PER_TOPIC} groups, the most it may have"),
+            )
+            .into());
+        }
         let changed = self.store.set_group(topic, group, true, Timestamp::now()).await?;
         self.reread_groups().await?;
         Ok(changed)

@@ -66,7 +66,7 @@ mod restore;
 mod settings;
 mod stats;
 
-pub use self::groups::{Delivery, TopicGroups};
+pub use self::groups::{Delivery, TopicGroups, MAX_GROUPS_PER_TOPIC};
 pub use self::settings::{
     QueueSettings, DEFAULT_HISTORY_LIMIT, DEFAULT_MAX_WAITERS, MAX_BATCH_PUSH, MAX_HISTORY_LIMIT, MAX_POP_COUNT,
     MAX_POP_WAIT,
