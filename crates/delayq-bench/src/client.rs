@@ -57,6 +57,9 @@ pub(crate) struct PoppedJob {
     pub(crate) run_at_ms: u64,
     /// The body as pushed.
     pub(crate) body: String,
+    /// The consumer group of a group's delivery; absent on a topic without groups.
+    #[serde(default)]
+    pub(crate) group: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -188,14 +191,25 @@ impl BenchClient {
         Ok(body)
     }
 
-    /// Acknowledges a popped job; `Ok(false)` when the server refused.
+    /// Acknowledges a popped job, or `group`'s delivery of it; `Ok(false)` when the
+    /// server refused.
     ///
     /// # Errors
     /// Returns [`BenchError::Http`] when the request itself failed.
-    pub(crate) async fn finish(&self, job_id: &str) -> BenchResult<bool> {
-        let url = self.url(&format!("/finish?jobId={job_id}"));
+    pub(crate) async fn finish(&self, job_id: &str, group: Option<&str>) -> BenchResult<bool> {
+        let url = self.url(&finish_path(job_id, group));
         let (status, _) = self.send(Method::POST, &url, None).await?;
         Ok(status == 200)
+    }
+
+    /// Declares consumer group `group` of `topic`.
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Http`], or [`BenchError::Status`] for any answer but 200.
+    pub(crate) async fn declare_group(&self, topic: &str, group: &str) -> BenchResult<()> {
+        let url = self.url(&group_path(topic, group));
+        let (status, body) = self.send(Method::PUT, &url, None).await?;
+        expect_ok(&url, status, &body)
     }
 
     /// Deletes a live job.
@@ -293,6 +307,27 @@ impl Pool {
             idle.push(connection);
         }
     }
+}
+
+/// Returns the `/pop` path and query that long-polls `topic`, or `group`'s deliveries of it.
+pub(crate) fn pop_path(topic: &str, group: Option<&str>, count: usize, timeout_ms: u64) -> String {
+    match group {
+        Some(group) => format!("/pop?topic={topic}&group={group}&count={count}&timeout={timeout_ms}"),
+        None => format!("/pop?topic={topic}&count={count}&timeout={timeout_ms}"),
+    }
+}
+
+/// Returns the `/finish` path and query of job `job_id`, or of `group`'s delivery of it.
+fn finish_path(job_id: &str, group: Option<&str>) -> String {
+    match group {
+        Some(group) => format!("/finish?jobId={job_id}&group={group}"),
+        None => format!("/finish?jobId={job_id}"),
+    }
+}
+
+/// Returns the path that declares consumer group `group` of `topic`.
+fn group_path(topic: &str, group: &str) -> String {
+    format!("/topics/{topic}/groups/{group}")
 }
 
 /// Parses the jobs of a `/pop` answer.
@@ -398,5 +433,22 @@ mod tests {
         assert_eq!(jobs[0].id, "9");
         assert_eq!(jobs[0].run_at_ms, 5);
         assert_eq!(crate::body::parse_body_fields(&jobs[0].body), Some((1, 5)));
+        assert_eq!(jobs[0].group, None);
+    }
+
+    #[test]
+    fn a_group_delivery_names_its_group() {
+        let answer = br#"{"success":true,"data":[{"id":"9","topic":"t","group":"g1","body":"b","runAt":5}]}"#;
+        let Ok(jobs) = parse_popped("pop", answer) else { panic!("valid answer") };
+        assert_eq!(jobs[0].group.as_deref(), Some("g1"));
+    }
+
+    #[test]
+    fn urls_name_the_group_only_when_there_is_one() {
+        assert_eq!(pop_path("t", None, 100, 1000), "/pop?topic=t&count=100&timeout=1000");
+        assert_eq!(pop_path("t", Some("g3"), 100, 1000), "/pop?topic=t&group=g3&count=100&timeout=1000");
+        assert_eq!(finish_path("42", None), "/finish?jobId=42");
+        assert_eq!(finish_path("42", Some("g0")), "/finish?jobId=42&group=g0");
+        assert_eq!(group_path("bench-1", "g9"), "/topics/bench-1/groups/g9");
     }
 }

@@ -3,7 +3,9 @@
 //! starts; the producer's connections and the consumers opened next, every
 //! consumer waiting in a pop before the first push; the pushes timed; and the end
 //! of the run, which waits out late duplicates and stops the consumers, with the
-//! numbers every such run reports.
+//! numbers every such run reports. With `--groups N` the topic gets N consumer
+//! groups before the consumers start, and each group its own consumers and
+//! receipt log.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +14,11 @@ use clap::Args;
 use delayq_rpc::pb::v1::PopRequest;
 use serde::Serialize;
 
-use crate::client::BenchClient;
+use crate::client::{pop_path, BenchClient};
 use crate::clock::now_ms;
 use crate::consumers::{Consumer, ConsumerPool, ConsumerSettings, ReceiptLog};
 use crate::error::{BenchError, BenchResult};
+use crate::groups::{check_transport, declare_all, group_names, Receipts};
 use crate::procstat::CpuSnapshot;
 use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, PushStats, TransportArgs};
 use crate::report::Metrics;
@@ -58,10 +61,16 @@ pub(crate) struct ConsumerArgs {
     /// Time to keep receiving after the last job, to catch duplicates.
     #[arg(long, default_value_t = 1000)]
     pub(crate) duplicate_wait_ms: u64,
+    /// Consumer groups `g0..g{N-1}` to declare on the run's topic before the
+    /// consumers start; each gets `--concurrency` slots of its own and must
+    /// receive every job once (0: no groups; HTTP only).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) groups: usize,
 }
 
 impl ConsumerArgs {
-    /// Returns the consumer settings for `topic` on `server`, reached over `transport`.
+    /// Returns the consumer settings for `topic` (or `group`'s deliveries of it) on
+    /// `server`, reached over `transport`.
     ///
     /// # Errors
     /// As [`TransportArgs::grpc_client`], or an unusable server URL.
@@ -70,6 +79,7 @@ impl ConsumerArgs {
         transport: &TransportArgs,
         server: &str,
         topic: &str,
+        group: Option<&str>,
     ) -> BenchResult<ConsumerSettings> {
         let consumer = match transport.grpc_client().await? {
             Some(client) => {
@@ -78,14 +88,15 @@ impl ConsumerArgs {
                     count: Some(self.pop_count as i64),
                     timeout_ms: Some(self.pop_timeout_ms as i64),
                     consumer: None,
+                    // Groups are refused over gRPC before this (`check_transport`).
+                    group: None,
                 };
                 Consumer::Grpc { client, pop }
             }
             None => {
                 let client = BenchClient::new(server, self.concurrency + self.finish_concurrency.unwrap_or(0))?;
-                let pop_url =
-                    client.url(&format!("/pop?topic={topic}&count={}&timeout={}", self.pop_count, self.pop_timeout_ms));
-                Consumer::Http { client, pop_url }
+                let pop_url = client.url(&pop_path(topic, group, self.pop_count, self.pop_timeout_ms));
+                Consumer::Http { client, pop_url, group: group.map(str::to_owned) }
             }
         };
         Ok(ConsumerSettings {
@@ -93,7 +104,6 @@ impl ConsumerArgs {
             concurrency: self.concurrency,
             finish_concurrency: self.finish_concurrency,
             pop_timeout_ms: self.pop_timeout_ms,
-            settle_ms: self.settle_ms,
         })
     }
 }
@@ -186,8 +196,11 @@ pub(crate) struct ConsumedRun {
     /// Held until the run stops, so that closing the producer's connections does
     /// not fall into the time the consumers are measured in.
     _producer: Producer,
-    pool: ConsumerPool,
-    log: Arc<ReceiptLog>,
+    /// One pool without groups; one per group with them.
+    pools: Vec<ConsumerPool>,
+    receipts: Receipts,
+    /// The consumer groups declared; 0 without.
+    groups: usize,
     duplicate_wait: Duration,
     /// The CPU counters when everything was started, before the first push.
     cpu_before: CpuSnapshot,
@@ -196,14 +209,14 @@ pub(crate) struct ConsumedRun {
 
 impl ConsumedRun {
     /// Serializes the jobs of `plan` for `topic`, opens the producer's connections,
-    /// starts the consumers of `topic` and waits until every one of them is
-    /// waiting in a pop; then pushes every job. Returns the run, its consumers
-    /// still taking jobs, and the pushes.
+    /// declares the groups, starts the consumers of `topic` (of each group) and
+    /// waits until every one of them is waiting in a pop; then pushes every job.
+    /// Returns the run, its consumers still taking jobs, and the pushes.
     ///
     /// # Errors
     /// [`BenchError::Invalid`] for a plan without jobs (the workloads' `--n` of
-    /// 0) or jobs that do not fit the body size, or a failure to open the
-    /// connections.
+    /// 0), jobs that do not fit the body size or groups over gRPC; a failure to
+    /// open the connections or to declare a group.
     pub(crate) async fn start_and_push(
         context: &RunContext,
         topic: &str,
@@ -214,6 +227,7 @@ impl ConsumedRun {
             return Err(BenchError::Invalid("need n > 0".into()));
         }
         let ConsumedArgs { consumers, transport } = args;
+        check_transport(consumers.groups, transport.transport)?;
         let units = Arc::new(build_units(
             topic,
             plan.jobs,
@@ -224,9 +238,21 @@ impl ConsumedRun {
             transport.transport,
         )?);
         let producer = transport.producer(&BenchClient::new(&context.server, plan.slots)?, plan.slots).await?;
-        let log = Arc::new(ReceiptLog::new(plan.due_by_index()));
-        let settings = consumers.settings(transport, &context.server, topic).await?;
-        let pool = ConsumerPool::start(&settings, Arc::clone(&log)).await?;
+        let names = group_names(consumers.groups);
+        declare_all(&BenchClient::new(&context.server, 1)?, topic, &names).await?;
+        let groups: Vec<Option<&str>> =
+            if names.is_empty() { vec![None] } else { names.iter().map(|name| Some(name.as_str())).collect() };
+        let due_ms = plan.due_by_index();
+        let mut pools = Vec::with_capacity(groups.len());
+        let mut logs = Vec::with_capacity(groups.len());
+        for group in groups {
+            let log = Arc::new(ReceiptLog::for_group(due_ms.clone(), group.map(str::to_owned)));
+            let settings = consumers.settings(transport, &context.server, topic, group).await?;
+            pools.push(ConsumerPool::start(&settings, Arc::clone(&log)).await?);
+            logs.push(log);
+        }
+        // One pause for every pool: their first pops reach the server meanwhile.
+        tokio::time::sleep(Duration::from_millis(consumers.settle_ms)).await;
         let cpu_before = context.probes.cpu_snapshot().await;
         let start_ms = now_ms();
         let stats = push_all(&producer, units, plan.slots).await;
@@ -234,8 +260,9 @@ impl ConsumedRun {
         let jobs = plan.jobs.len();
         let run = ConsumedRun {
             _producer: producer,
-            pool,
-            log,
+            pools,
+            receipts: Receipts::new(logs),
+            groups: consumers.groups,
             duplicate_wait: Duration::from_millis(consumers.duplicate_wait_ms),
             cpu_before,
             jobs,
@@ -243,31 +270,48 @@ impl ConsumedRun {
         Ok((run, Pushed { start_ms, end_ms, stats, jobs, check_late: plan.check_late }))
     }
 
-    /// What the consumers have received and finished so far.
-    pub(crate) fn log(&self) -> &ReceiptLog {
-        &self.log
+    /// What the consumers have received and finished so far, over every group.
+    pub(crate) fn receipts(&self) -> &Receipts {
+        &self.receipts
     }
 
-    /// Waits until every job was received or the wall clock reaches `deadline_ms`.
+    /// Waits until every job was received (by every group) or the wall clock
+    /// reaches `deadline_ms`.
     pub(crate) async fn wait_for_all(&self, deadline_ms: u64) {
-        self.pool.wait_for_all(deadline_ms).await;
+        // Each wait ends at once when its pool already has every job.
+        for pool in &self.pools {
+            pool.wait_for_all(deadline_ms).await;
+        }
     }
 
     /// Waits out late duplicates and stops the consumers. Returns the metrics of
-    /// every such run (the job count, the receipt counters, CPU per job over the
-    /// pushes and the consumption) and the log, final now.
-    pub(crate) async fn stop(self, context: &RunContext) -> (Metrics, Arc<ReceiptLog>) {
+    /// every such run (the job count; with groups the deliveries expected and the
+    /// receipts shown with another group; the receipt counters summed over the
+    /// groups; CPU per job over the pushes and the consumption) and the receipts,
+    /// final now.
+    pub(crate) async fn stop(self, context: &RunContext) -> (Metrics, Receipts) {
         tokio::time::sleep(self.duplicate_wait).await;
-        self.pool.stop().await;
+        for pool in &self.pools {
+            pool.signal_stop();
+        }
+        for pool in self.pools {
+            pool.stop().await;
+        }
         let cpu_after = context.probes.cpu_snapshot().await;
         let mut metrics = Metrics::default();
         metrics.set("n", self.jobs as f64);
-        let counters = self.log.counters();
+        if self.groups > 0 {
+            metrics.set("deliveries", (self.jobs * self.groups) as f64);
+        }
+        let counters = self.receipts.counters();
         counters.record_into(&mut metrics);
+        if self.groups > 0 {
+            metrics.set("group_mismatches", counters.group_mismatches as f64);
+        }
         for (name, value) in self.cpu_before.micros_per_job(&cpu_after, self.jobs) {
             metrics.set_some(name, value);
         }
-        (metrics, self.log)
+        (metrics, self.receipts)
     }
 }
 
@@ -294,6 +338,7 @@ mod tests {
             finish_concurrency: None,
             settle_ms: 0,
             duplicate_wait_ms: 0,
+            groups: 0,
         };
         let transport = TransportArgs { transport: crate::pushers::Transport::Http, grpc_server: None };
         ConsumedArgs { consumers, transport }
@@ -308,6 +353,7 @@ mod tests {
             "concurrency",
             "duplicate_wait_ms",
             "finish_concurrency",
+            "groups",
             "grpc_server",
             "pop_count",
             "pop_timeout_ms",
@@ -330,6 +376,23 @@ mod tests {
         let Ok(runtime) = runtime else { panic!("runtime") };
         let started = runtime.block_on(ConsumedRun::start_and_push(&context, "t", &args, &plan));
         assert!(matches!(started, Err(BenchError::Invalid(_))));
+    }
+
+    #[test]
+    fn groups_over_grpc_are_refused_before_anything_opens() {
+        let context = RunContext {
+            server: "http://127.0.0.1:9".to_owned(),
+            probes: crate::procstat::Probes { server: None, redis: None },
+        };
+        let mut args = consumed_args();
+        args.consumers.groups = 2;
+        args.transport = TransportArgs { transport: crate::pushers::Transport::Grpc, grpc_server: None };
+        let jobs = [JobSpec { index: 0, due: DueTime::RunAtMs(100), body_due_ms: 100 }];
+        let plan = PushPlan::new(&jobs, 100, PushMode::Single, 1, 1);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let Ok(runtime) = runtime else { panic!("runtime") };
+        let started = runtime.block_on(ConsumedRun::start_and_push(&context, "t", &args, &plan));
+        assert!(matches!(started, Err(BenchError::Invalid(message)) if message.contains("--groups")));
     }
 
     #[test]

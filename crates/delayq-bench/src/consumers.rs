@@ -29,15 +29,18 @@ const START_POLL: Duration = Duration::from_millis(5);
 /// How long outstanding finishes may take after the consumers stopped.
 const FINISH_DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
-/// Every receipt of one run, indexed by the job's `i`.
+/// Every receipt of one run (or of one consumer group's deliveries), indexed by the job's `i`.
 pub(crate) struct ReceiptLog {
     due_ms: Vec<u64>,
+    /// The consumer group whose deliveries this log expects; `None` without groups.
+    group: Option<String>,
     /// Epoch ms of the first receipt of each job; 0 until it arrives.
     first_receipt_ms: Vec<AtomicU64>,
     receipts: AtomicU64,
     distinct: AtomicUsize,
     unknown: AtomicU64,
     due_mismatches: AtomicU64,
+    group_mismatches: AtomicU64,
     pop_errors: AtomicU64,
     finished: AtomicU64,
     finish_errors: AtomicU64,
@@ -52,16 +55,19 @@ pub(crate) struct ReceiptLog {
 }
 
 impl ReceiptLog {
-    /// Returns an empty log for jobs `0..due_ms.len()` due at `due_ms[i]`.
-    pub(crate) fn new(due_ms: Vec<u64>) -> ReceiptLog {
+    /// Returns an empty log for `group`'s deliveries of jobs `0..due_ms.len()` due
+    /// at `due_ms[i]` (without a group: of the jobs themselves).
+    pub(crate) fn for_group(due_ms: Vec<u64>, group: Option<String>) -> ReceiptLog {
         let first_receipt_ms = due_ms.iter().map(|_| AtomicU64::new(0)).collect();
         ReceiptLog {
             due_ms,
+            group,
             first_receipt_ms,
             receipts: AtomicU64::new(0),
             distinct: AtomicUsize::new(0),
             unknown: AtomicU64::new(0),
             due_mismatches: AtomicU64::new(0),
+            group_mismatches: AtomicU64::new(0),
             pop_errors: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             finish_errors: AtomicU64::new(0),
@@ -74,8 +80,17 @@ impl ReceiptLog {
         }
     }
 
-    fn record(&self, job: &PoppedJob, received_ms: u64) {
+    /// The consumer group this log expects deliveries of.
+    pub(crate) fn group(&self) -> Option<&str> {
+        self.group.as_deref()
+    }
+
+    /// Records a receipt of `job` at `received_ms`.
+    pub(crate) fn record(&self, job: &PoppedJob, received_ms: u64) {
         self.receipts.fetch_add(1, Ordering::Relaxed);
+        if job.group != self.group {
+            self.group_mismatches.fetch_add(1, Ordering::Relaxed);
+        }
         let Some((index, body_due_ms)) = parse_body_fields(&job.body) else {
             self.unknown.fetch_add(1, Ordering::Relaxed);
             return;
@@ -120,6 +135,7 @@ impl ReceiptLog {
             receipts: self.receipts.load(Ordering::Relaxed),
             unknown: self.unknown.load(Ordering::Relaxed),
             due_mismatches: self.due_mismatches.load(Ordering::Relaxed),
+            group_mismatches: self.group_mismatches.load(Ordering::Relaxed),
             pop_errors: self.pop_errors.load(Ordering::Relaxed),
             finished: self.finished.load(Ordering::Relaxed),
             finish_errors: self.finish_errors.load(Ordering::Relaxed),
@@ -143,6 +159,9 @@ pub(crate) struct ReceiptCounters {
     pub(crate) unknown: u64,
     /// Receipts whose body `due` or `runAt` differ from the due time pushed.
     pub(crate) due_mismatches: u64,
+    /// Receipts shown with another consumer group than the one popped (or with one
+    /// where none was popped).
+    pub(crate) group_mismatches: u64,
     /// Pops that failed.
     pub(crate) pop_errors: u64,
     /// Jobs finished.
@@ -158,6 +177,26 @@ pub(crate) struct ReceiptCounters {
 }
 
 impl ReceiptCounters {
+    /// Returns the counters of several logs as one: every count summed, so each
+    /// group's duplicates and missing deliveries add up; the latest finish and
+    /// the slowest one over all of them.
+    pub(crate) fn combined(all: impl IntoIterator<Item = ReceiptCounters>) -> ReceiptCounters {
+        all.into_iter().fold(ReceiptCounters::default(), |sum, one| ReceiptCounters {
+            expected: sum.expected + one.expected,
+            received: sum.received + one.received,
+            receipts: sum.receipts + one.receipts,
+            unknown: sum.unknown + one.unknown,
+            due_mismatches: sum.due_mismatches + one.due_mismatches,
+            group_mismatches: sum.group_mismatches + one.group_mismatches,
+            pop_errors: sum.pop_errors + one.pop_errors,
+            finished: sum.finished + one.finished,
+            finish_errors: sum.finish_errors + one.finish_errors,
+            last_finish_ms: sum.last_finish_ms.max(one.last_finish_ms),
+            finish_us: sum.finish_us + one.finish_us,
+            slowest_finish: sum.slowest_finish.max(one.slowest_finish),
+        })
+    }
+
     /// Records every counter plus `duplicates` and `missing` into `metrics`.
     pub(crate) fn record_into(&self, metrics: &mut crate::report::Metrics) {
         metrics.set("received", self.received as f64);
@@ -182,8 +221,10 @@ pub(crate) enum Consumer {
     Http {
         /// The pool, one connection per pop and finish slot.
         client: BenchClient,
-        /// The full `/pop?topic=&count=&timeout=` URL.
+        /// The full `/pop?topic=&count=&timeout=` URL (with `group=` for a group).
         pop_url: String,
+        /// The consumer group whose deliveries are popped and finished.
+        group: Option<String>,
     },
     /// `Pop` and `Finish` calls on one HTTP/2 connection.
     Grpc {
@@ -197,14 +238,14 @@ pub(crate) enum Consumer {
 impl Consumer {
     async fn pop(&self) -> BenchResult<Vec<PoppedJob>> {
         match self {
-            Consumer::Http { client, pop_url } => parse_popped(pop_url, &client.pop_raw(pop_url).await?),
+            Consumer::Http { client, pop_url, .. } => parse_popped(pop_url, &client.pop_raw(pop_url).await?),
             Consumer::Grpc { client, pop } => client.pop(pop.clone()).await,
         }
     }
 
     async fn finish(&self, job_id: String) -> BenchResult<bool> {
         match self {
-            Consumer::Http { client, .. } => client.finish(&job_id).await,
+            Consumer::Http { client, group, .. } => client.finish(&job_id, group.as_deref()).await,
             Consumer::Grpc { client, .. } => client.finish(job_id).await,
         }
     }
@@ -222,8 +263,6 @@ pub(crate) struct ConsumerSettings {
     pub(crate) finish_concurrency: Option<usize>,
     /// The pop long-poll timeout in ms.
     pub(crate) pop_timeout_ms: u64,
-    /// How long to wait after every slot issued its first pop before pushing.
-    pub(crate) settle_ms: u64,
 }
 
 /// Running consumers and finishers.
@@ -235,7 +274,8 @@ pub(crate) struct ConsumerPool {
 }
 
 impl ConsumerPool {
-    /// Opens the connections, starts every slot, and returns once all are waiting in a pop.
+    /// Opens the connections, starts every slot, and returns once each has issued
+    /// its first pop; the caller waits for those pops to arrive, once for every pool.
     ///
     /// # Errors
     /// Returns a failure of opening the connections.
@@ -265,7 +305,6 @@ impl ConsumerPool {
         while log.started_slots.load(Ordering::Acquire) < settings.concurrency.max(1) {
             tokio::time::sleep(START_POLL).await;
         }
-        tokio::time::sleep(Duration::from_millis(settings.settle_ms)).await;
         Ok(ConsumerPool { log, consumers, finishers, pop_timeout: Duration::from_millis(settings.pop_timeout_ms) })
     }
 
@@ -276,9 +315,15 @@ impl ConsumerPool {
         let _ = tokio::time::timeout(remaining, self.log.all_received.notified()).await;
     }
 
+    /// Tells the slots to stop: receipts after this are not counted. Telling every
+    /// pool before waiting for any lets their last long-polls end together.
+    pub(crate) fn signal_stop(&self) {
+        self.log.stopped.store(true, Ordering::Release);
+    }
+
     /// Stops the slots (receipts after this are not counted) and drains the finishes.
     pub(crate) async fn stop(mut self) {
-        self.log.stopped.store(true, Ordering::Release);
+        self.signal_stop();
         let slot_grace = self.pop_timeout + Duration::from_secs(2);
         if tokio::time::timeout(slot_grace, drain(&mut self.consumers)).await.is_err() {
             self.consumers.abort_all();
@@ -374,12 +419,12 @@ mod tests {
 
     fn popped(index: u64, due_ms: u64, run_at_ms: u64) -> PoppedJob {
         let Ok(body) = crate::body::job_body(index, due_ms, 100) else { panic!("fits") };
-        PoppedJob { id: index.to_string(), run_at_ms, body }
+        PoppedJob { id: index.to_string(), run_at_ms, body, group: None }
     }
 
     #[test]
     fn first_receipts_count_and_duplicates_do_not() {
-        let log = ReceiptLog::new(vec![100, 200]);
+        let log = ReceiptLog::for_group(vec![100, 200], None);
         log.record(&popped(1, 200, 200), 250);
         log.record(&popped(1, 200, 200), 300);
         log.record(&popped(7, 200, 200), 300);
@@ -392,5 +437,43 @@ mod tests {
         assert_eq!(metrics.get("duplicates"), Some(1.0));
         assert_eq!(metrics.get("missing"), Some(0.0));
         assert_eq!(log.latenesses_ms(), vec![-5.0, 50.0]);
+        assert_eq!(counters.group_mismatches, 0);
+    }
+
+    #[test]
+    fn a_group_log_counts_receipts_of_another_group() {
+        let log = ReceiptLog::for_group(vec![100], Some("g1".to_owned()));
+        log.record(&PoppedJob { group: Some("g1".to_owned()), ..popped(0, 100, 100) }, 100);
+        log.record(&PoppedJob { group: Some("g2".to_owned()), ..popped(0, 100, 100) }, 100);
+        log.record(&popped(0, 100, 100), 100);
+        assert_eq!(log.counters().group_mismatches, 2);
+        assert_eq!(log.group(), Some("g1"));
+    }
+
+    #[test]
+    fn combined_counters_sum_each_group_and_keep_the_extremes() {
+        let one = ReceiptCounters {
+            expected: 10,
+            received: 10,
+            receipts: 11,
+            last_finish_ms: 500,
+            slowest_finish: (900, 40),
+            ..ReceiptCounters::default()
+        };
+        let other = ReceiptCounters {
+            expected: 10,
+            received: 8,
+            receipts: 9,
+            last_finish_ms: 700,
+            slowest_finish: (300, 60),
+            ..ReceiptCounters::default()
+        };
+        let both = ReceiptCounters::combined([one, other]);
+        assert_eq!((both.expected, both.received, both.receipts), (20, 18, 20));
+        assert_eq!((both.last_finish_ms, both.slowest_finish), (700, (900, 40)));
+        let mut metrics = crate::report::Metrics::default();
+        both.record_into(&mut metrics);
+        assert_eq!(metrics.get("duplicates"), Some(2.0));
+        assert_eq!(metrics.get("missing"), Some(2.0));
     }
 }

@@ -77,7 +77,12 @@ impl GrpcClient {
             .into_inner()
             .jobs
             .into_iter()
-            .map(|job| PoppedJob { id: job.id, run_at_ms: u64::try_from(job.run_at).unwrap_or(0), body: job.body })
+            .map(|job| PoppedJob {
+                id: job.id,
+                run_at_ms: u64::try_from(job.run_at).unwrap_or(0),
+                body: job.body,
+                group: job.group,
+            })
             .collect())
     }
 
@@ -86,7 +91,9 @@ impl GrpcClient {
     /// # Errors
     /// Returns [`BenchError::Http`] when the call itself failed.
     pub(crate) async fn finish(&self, job_id: String) -> BenchResult<bool> {
-        self.accepted(self.client.clone().finish(FinishRequest { id: job_id, result: None, attempt: None }).await)
+        self.accepted(
+            self.client.clone().finish(FinishRequest { id: job_id, result: None, attempt: None, group: None }).await,
+        )
     }
 
     /// `Ok(true)` for an answer, `Ok(false)` for a refusal, else the call's failure.
@@ -177,7 +184,13 @@ mod tests {
         assert_eq!(delayed, Some(4), "{stats:?}");
 
         assert!(client.push(push_request("bench-due", DueTime::DelayMs(0), body())).await.expect("push"));
-        let pop = PopRequest { topic: "bench-due".into(), count: Some(10), timeout_ms: Some(5_000), consumer: None };
+        let pop = PopRequest {
+            topic: "bench-due".into(),
+            count: Some(10),
+            timeout_ms: Some(5_000),
+            consumer: None,
+            group: None,
+        };
         let popped = client.pop(pop).await.expect("pop");
         assert_eq!(popped.len(), 1, "the due job, and only it");
         assert_eq!(popped[0].body, body());

@@ -12,6 +12,8 @@
 //! - `consumers`: long-polling receive slots, receipts and the finishers.
 //! - `consumed`: the frame of W2, W4 and flow: their consumer flags, the jobs pushed
 //!   while the consumers run, and the numbers every such run reports.
+//! - `groups`: the consumer groups a run declares (`--groups`), and the receipts of
+//!   every group as one.
 //! - `workload_push`, `workload_lateness`, `workload_memory`, `workload_burst`, `workload_flow`: one per workload;
 //!   `workload_ceiling`: the Redis-only baseline the push numbers are divided by;
 //!   `workload_floor`: the cost of a `/push` round trip before any queue work.
@@ -31,6 +33,7 @@ mod clock;
 mod consumed;
 mod consumers;
 mod error;
+mod groups;
 mod grpc;
 mod prng;
 mod procstat;

@@ -57,11 +57,11 @@ pub(crate) async fn run(args: &BurstArgs, context: &RunContext, topic: &str) -> 
         eprintln!("burst: the push ended {} ms after the due instant; raise --lead-ms", pushed.end_ms - due_at_ms);
     }
     run.wait_for_all(due_at_ms + args.grace_ms).await;
-    let (mut metrics, log) = run.stop(context).await;
+    let (mut metrics, receipts) = run.stop(context).await;
     pushed.record_end(&mut metrics, t0_ms);
     pushed.record_rate(&mut metrics);
     pushed.record_outcome(&mut metrics);
-    let mut latenesses = log.latenesses_ms();
+    let mut latenesses = receipts.latenesses_ms();
     latenesses.sort_by(f64::total_cmp);
     let drain_ms = latenesses.last().copied();
     metrics.set_some("first_pop_ms", latenesses.first().copied());
@@ -70,11 +70,13 @@ pub(crate) async fn run(args: &BurstArgs, context: &RunContext, topic: &str) -> 
         metrics.set("drain_jobs_per_s", latenesses.len() as f64 * 1000.0 / drain_ms.max(1.0));
     }
     metrics.set_distribution("lateness_ms", &mut latenesses);
-    let counters = log.counters();
+    let counters = receipts.counters();
     if counters.last_finish_ms > 0 {
         // How long after the due instant the last ack was answered.
         metrics.set("finish_drain_ms", counters.last_finish_ms as f64 - due_at_ms as f64);
     }
-    metrics.valid = pushed.end_ms < due_at_ms && pushed.stats.pushed_late == 0 && counters.received == args.n as u64;
+    // With groups every group must drain every job: the deliveries expected.
+    metrics.valid =
+        pushed.end_ms < due_at_ms && pushed.stats.pushed_late == 0 && counters.received == counters.expected;
     Ok(metrics)
 }

@@ -52,18 +52,18 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
         (0..args.n as u64).map(|index| JobSpec { index, due: DueTime::RunAtMs(t0_ms), body_due_ms: t0_ms }).collect();
     let plan = PushPlan::new(&jobs, args.body_bytes, PushMode::Single, 1, args.push_concurrency);
     let (run, pushed) = ConsumedRun::start_and_push(context, topic, &args.consumed, &plan).await?;
-    let at_push_end = run.log().counters();
+    let at_push_end = run.receipts().counters();
     run.wait_for_all(pushed.end_ms + args.grace_ms).await;
     // Every job received: wait for the acks of the last pops to be answered.
     let finish_deadline = now_ms() + args.grace_ms;
     while now_ms() < finish_deadline {
-        let counters = run.log().counters();
+        let counters = run.receipts().counters();
         if counters.finished >= counters.received {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let (mut metrics, log) = run.stop(context).await;
+    let (mut metrics, receipts) = run.stop(context).await;
     pushed.record_rate(&mut metrics);
     pushed.record_outcome(&mut metrics);
     // Beside the consumers' `finish_latency_ms_mean`: whether an ack waits
@@ -73,12 +73,14 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
         let mean_us = latencies.iter().sum::<u64>() as f64 / latencies.len() as f64;
         metrics.set("push_latency_ms_mean", mean_us / 1000.0);
     }
-    metrics.set("unfinished_at_push_end", args.n.saturating_sub(at_push_end.finished as usize) as f64);
+    // With groups every delivery counts: `expected` is n × groups.
+    let expected = at_push_end.expected;
+    metrics.set("unfinished_at_push_end", expected.saturating_sub(at_push_end.finished) as f64);
     // Of those, the ones still queued in delayq (the backlog), and the ones the
     // consumers held: popped, not yet acked (at most a pop's count per slot).
-    metrics.set("unreceived_at_push_end", args.n.saturating_sub(at_push_end.received as usize) as f64);
+    metrics.set("unreceived_at_push_end", expected.saturating_sub(at_push_end.received) as f64);
     metrics.set("in_hand_at_push_end", at_push_end.received.saturating_sub(at_push_end.finished) as f64);
-    let counters = log.counters();
+    let counters = receipts.counters();
     if counters.last_finish_ms > 0 {
         let last_finish_ms = counters.last_finish_ms.max(pushed.end_ms);
         // How long after the last push was answered the last ack was.
@@ -87,6 +89,6 @@ pub(crate) async fn run(args: &FlowArgs, context: &RunContext, topic: &str) -> B
         metrics.set("finish_jobs_per_s", counters.finished as f64 * 1000.0 / flow_elapsed_ms as f64);
     }
     metrics.valid =
-        pushed.stats.job_errors() == 0 && counters.received == args.n as u64 && counters.due_mismatches == 0;
+        pushed.stats.job_errors() == 0 && counters.received == counters.expected && counters.due_mismatches == 0;
     Ok(metrics)
 }

@@ -1,6 +1,8 @@
 //! Workload 3 (W3 of docs/benchmarks.md): memory (and journal bytes) per pending delayed job.
 //! With `--spread-ms` and `--flush-redis` it is W5, far-future memory: due times spread
 //! over days, and the time a Redis that lost its data takes to be whole again.
+//! With `--groups N` the topic has N consumer groups before the first push, so the
+//! bytes per pending job compare with and without groups.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +14,7 @@ use crate::body::{job_body, DueTime};
 use crate::client::BenchClient;
 use crate::clock::now_ms;
 use crate::error::{BenchError, BenchResult};
+use crate::groups::{declare_all, group_names};
 use crate::prng::shuffled_order;
 use crate::pushers::{build_units, push_all, JobSpec, Producer, PushMode, Transport};
 use crate::report::Metrics;
@@ -55,6 +58,10 @@ pub(crate) struct MemoryArgs {
     /// How long to wait for that restore, in ms.
     #[arg(long, default_value_t = 600_000)]
     pub(crate) restore_timeout_ms: u64,
+    /// Consumer groups `g0..g{N-1}` to declare on the topic before the push (0: none).
+    /// No job falls due during the measurement, so none is delivered to them yet.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) groups: usize,
 }
 
 /// How often the restore after a flush is looked at. Not more often: on a SQL store
@@ -92,6 +99,8 @@ pub(crate) async fn run(args: &MemoryArgs, context: &RunContext, topic: &str) ->
     let client = BenchClient::new(&context.server, args.batch_concurrency)?;
     client.open_connections(args.batch_concurrency).await?;
     client.warm_push(&format!("{topic}-warmup"), &job_body(0, 0, args.body_bytes)?).await?;
+    // Before M0, so the groups' own records are not counted per job.
+    declare_all(&client, topic, &group_names(args.groups)).await?;
 
     let before = context.probes.memory().await;
     let cpu_before = context.probes.cpu_snapshot().await;
