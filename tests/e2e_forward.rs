@@ -76,7 +76,7 @@ async fn malformed_routes_fail_the_start_naming_the_key() {
         // No topics.
         ("[[forward.routes]]\nsink = \"log\"\n", "forward.routes[0].topics"),
         // A pattern with a character no topic has.
-        ("[[forward.routes]]\ntopics = [\"a/b\"]\nsink = \"log\"\n", "forward.routes[0].topics"),
+        ("[[forward.routes]]\ntopics = [\"a/b/c\"]\nsink = \"log\"\n", "forward.routes[0].topics"),
     ];
     for (toml, needle) in cases {
         let dir = tempfile::tempdir().unwrap();

@@ -421,7 +421,7 @@ impl Face for Grpc {
     }
 
     async fn pop(&self, topic: &str, count: Option<i64>, timeout_ms: Option<i64>) -> Outcome<Vec<Popped>> {
-        let message = pb::PopRequest { topic: topic.to_owned(), count, timeout_ms, consumer: None };
+        let message = pb::PopRequest { topic: topic.to_owned(), count, timeout_ms, consumer: None, group: None };
         let reply = self.client.clone().pop(self.request(message)).await.map_err(failure)?.into_inner();
         Ok(reply
             .jobs
@@ -439,21 +439,22 @@ impl Face for Grpc {
     }
 
     async fn finish(&self, id: &str, result: Option<&str>) -> Outcome<()> {
-        let message = pb::FinishRequest { id: id.to_owned(), result: result.map(str::to_owned), attempt: None };
+        let message =
+            pb::FinishRequest { id: id.to_owned(), result: result.map(str::to_owned), attempt: None, group: None };
         let reply = self.client.clone().finish(self.request(message)).await.map_err(failure)?.into_inner();
         assert_eq!(reply.id, id);
         Ok(())
     }
 
     async fn nack(&self, id: &str, delay_ms: Option<i64>) -> Outcome<Nacked> {
-        let message = pb::NackRequest { id: id.to_owned(), delay_ms, attempt: None };
+        let message = pb::NackRequest { id: id.to_owned(), delay_ms, attempt: None, group: None };
         let reply = self.client.clone().nack(self.request(message)).await.map_err(failure)?.into_inner();
         assert_eq!(reply.id, id);
         Ok(Nacked { run_at: reply.run_at, state: state_name(reply.state) })
     }
 
     async fn touch(&self, id: &str) -> Outcome<()> {
-        let message = pb::TouchRequest { id: id.to_owned(), attempt: None };
+        let message = pb::TouchRequest { id: id.to_owned(), attempt: None, group: None };
         let reply = self.client.clone().touch(self.request(message)).await.map_err(failure)?.into_inner();
         assert_eq!(reply.id, id);
         Ok(())

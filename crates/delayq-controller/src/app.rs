@@ -19,7 +19,7 @@ use utoipa_axum::routes;
 
 use crate::limits::{self, BodyLimit, RouteLimits};
 use crate::openapi::{self, Document};
-use crate::{admin, auth, consumers, jobs, layers, operators, ops, youzan};
+use crate::{admin, auth, consumers, groups, jobs, layers, operators, ops, youzan};
 
 /// The default largest request body, in bytes: room for a full batch of small jobs.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = delayq_common::defaults::DEFAULT_MAX_REQUEST_BYTES;
@@ -233,6 +233,8 @@ fn user_routes(body_limits: RouteLimits) -> OpenApiRouter<AppState> {
         .routes(routes!(operators::delete_dead_of_topic))
         .routes(routes!(operators::pause))
         .routes(routes!(operators::resume))
+        .routes(routes!(groups::declare_group, groups::drop_group))
+        .routes(routes!(groups::list_groups))
         .routes(with_body_limit(routes!(youzan::push), body_limits.push))
         .routes(routes!(youzan::pop))
         .routes(with_body_limit(routes!(youzan::finish), body_limits.finish))

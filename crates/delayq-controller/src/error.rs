@@ -10,6 +10,8 @@ use serde_json::Value;
 use tracing::error;
 use utoipa::ToSchema;
 
+use crate::views::job_named;
+
 /// The message of every successful response.
 const OK_MESSAGE: &str = "ok";
 
@@ -101,8 +103,19 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
 }
 
 impl From<QueueError> for ApiError {
+    /// Keeps the queue's message, but names a group's delivery as clients know
+    /// it ([`job_named`]) rather than by its own id.
     fn from(error: QueueError) -> ApiError {
-        ApiError::new(error.kind(), error.public_message())
+        let message = match &error {
+            QueueError::WrongState { id, state } if id.group_parts().is_some() => {
+                format!("{} is {state}", job_named(id))
+            }
+            QueueError::StaleAttempt { id, attempt, current } if id.group_parts().is_some() => {
+                format!("{} is at attempt {current}, not {attempt}", job_named(id))
+            }
+            _ => error.public_message(),
+        };
+        ApiError::new(error.kind(), message)
     }
 }
 
@@ -147,6 +160,20 @@ mod tests {
         assert_eq!((form.status(), form.message()), (StatusCode::BAD_REQUEST, "delay must be >= 0"));
         let size: ApiError = InvalidField::too_large("body", "must be at most 1 bytes").into();
         assert_eq!(size.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn deliveries_are_named_by_their_job_and_group() {
+        let (Ok(id), Ok(group)) = (delayq_common::JobId::parse("a"), delayq_common::Group::parse("g")) else {
+            panic!("valid names")
+        };
+        let wrong: ApiError =
+            QueueError::WrongState { id: id.for_group(&group), state: delayq_common::JobState::Finished }.into();
+        assert_eq!((wrong.status(), wrong.message()), (StatusCode::CONFLICT, "job a in group g is finished"));
+        let stale: ApiError = QueueError::StaleAttempt { id: id.for_group(&group), attempt: 1, current: 2 }.into();
+        assert_eq!(stale.message(), "job a in group g is at attempt 2, not 1");
+        let plain: ApiError = QueueError::WrongState { id, state: delayq_common::JobState::Dead }.into();
+        assert_eq!(plain.message(), "job a is dead");
     }
 
     #[test]

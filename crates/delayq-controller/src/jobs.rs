@@ -4,21 +4,23 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use delayq_common::{ErrorKind, InvalidField, JobId, Limits, PushRequest, TimeUnit, Timestamp};
+use delayq_common::{ErrorKind, Group, InvalidField, JobId, Limits, PushRequest, TimeUnit, Timestamp};
 use delayq_queue::service::{DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, MAX_POP_COUNT, MAX_POP_WAIT};
-use delayq_queue::{Pushed, QueueError, QueueResult};
+use delayq_queue::{JobDetails, Pushed, QueueError, QueueResult};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::app::AppState;
 use crate::batch::parse_batch;
-use crate::consumers::consumer_of;
+use crate::consumers::{consumer_of, group_of};
 use crate::error::{ok, ApiError, ApiResult, Envelope};
 use crate::extract::{parse_job_id, ApiPath, JsonObject, OptionalJsonObject, Params, RawBody};
-use crate::params::{AttemptQuery, DeleteQuery, FindQuery, HistoryQuery, JobIdQuery, JobPath, NackQuery, PopQuery};
+use crate::params::{
+    AttemptQuery, DeleteQuery, FindQuery, GroupQuery, HistoryQuery, JobIdQuery, JobPath, NackQuery, PopQuery,
+};
 use crate::schemas::{BatchBody, FinishBody, PushBody, Refusal};
-use crate::views::{decode_cursor, IdView, JobView, NackedView, PageView, PoppedJob, PushedView};
+use crate::views::{decode_cursor, job_named, IdView, JobView, NackedView, PageView, PoppedJob, PushedView};
 
 /// The default page size of `GET /jobs`.
 const DEFAULT_LIST_LIMIT: u64 = 100;
@@ -103,7 +105,8 @@ fn batch_item(outcome: QueueResult<Pushed>) -> BatchItem {
     }
 }
 
-/// `GET|POST /pop?topic=&count=&timeout=`: reserves up to `count` ready jobs.
+/// `GET|POST /pop?topic=&group=&count=&timeout=`: reserves up to `count`
+/// ready jobs (of a topic with groups, `group`'s deliveries).
 ///
 /// Lower `priority` numbers come first, then earlier due times.
 #[utoipa::path(
@@ -114,7 +117,8 @@ fn batch_item(outcome: QueueResult<Pushed>) -> BatchItem {
     responses(
         (status = 200, description = "the reserved jobs; empty when none was ready in time",
             body = Envelope<'static, Vec<PoppedJob>>),
-        (status = 400, description = "`topic` missing or invalid, `count` or `timeout` out of range", body = Refusal),
+        (status = 400, description = "`topic` missing or invalid, `count` or `timeout` out of range, `group` \
+            invalid, or missing on a topic with groups", body = Refusal),
         (status = 503, description = "too many consumers are waiting (a pop with a `timeout`), the scheduler is \
             unavailable, or the store's journal is full", body = Refusal),
     )
@@ -125,25 +129,27 @@ pub(crate) async fn pop(State(state): State<AppState>, headers: HeaderMap, param
     let max_wait_ms = MAX_POP_WAIT.as_millis() as u64;
     let timeout_ms = params.integer_in("timeout", 0, max_wait_ms, 0)?;
     let consumer = consumer_of(&params, &headers)?;
+    let group = group_of(&params)?;
     let wait = Duration::from_millis(timeout_ms);
-    let jobs = state.queue.pop_for(consumer.as_ref(), &topic, count as usize, wait).await?;
+    let jobs = state.queue.pop_for(consumer.as_ref(), &topic, group.as_ref(), count as usize, wait).await?;
     ok(jobs.into_iter().map(PoppedJob::from).collect::<Vec<_>>())
 }
 
-/// `POST /finish?jobId=&attempt=`: acknowledges a reserved job, with an optional `{"result"}`.
+/// `POST /finish?jobId=&group=&attempt=`: acknowledges a reserved job (or
+/// `group`'s delivery of it), with an optional `{"result"}`.
 #[utoipa::path(
     post,
     path = "/finish",
     tag = "jobs",
-    params(JobIdQuery, AttemptQuery),
+    params(JobIdQuery, GroupQuery, AttemptQuery),
     request_body(content = Option<FinishBody>, description = "empty, or an object with the `result` to store"),
     responses(
         (status = 200, description = "finished", body = Envelope<'static, IdView>),
-        (status = 400, description = "`jobId` missing or invalid, `attempt` out of range, a body that is not a JSON \
-            object, `result` not a string", body = Refusal),
+        (status = 400, description = "`jobId` missing or invalid, `group` invalid, `attempt` out of range, a body \
+            that is not a JSON object, `result` not a string", body = Refusal),
         (status = 404, description = "no job has this id", body = Refusal),
-        (status = 409, description = "the job is not reserved (an ended job names its state), or `attempt` names \
-            an older delivery", body = Refusal),
+        (status = 409, description = "the job (or its delivery) is not reserved (an ended one names its state), \
+            `attempt` names an older delivery, or the job has no delivery to `group`", body = Refusal),
         (status = 413, description = "`result` over `limits.max_result_bytes`; the job stays reserved",
             body = Refusal),
         (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
@@ -155,9 +161,10 @@ pub(crate) async fn finish(
     OptionalJsonObject(fields): OptionalJsonObject,
 ) -> ApiResult {
     let id = params.job_id()?;
+    let group = group_of(&params)?;
     let attempt = params.optional_attempt()?;
     let result = finish_result(&state, fields)?;
-    finish_job(&state, &id, attempt, result).await
+    finish_job(&state, &id, group.as_ref(), attempt, result).await
 }
 
 /// Reads the optional `result` of a finish body: a string of at most
@@ -174,65 +181,85 @@ pub(crate) fn finish_result(state: &AppState, fields: Option<Map<String, Value>>
     }
 }
 
-/// Finishes a job (of delivery `attempt` when given), saying "not reserved" when it is in another state.
+/// Finishes a job, or `group`'s delivery of it (of delivery `attempt` when
+/// given), saying "not reserved" when it is in another state.
 pub(crate) async fn finish_job(
     state: &AppState,
     id: &JobId,
+    group: Option<&Group>,
     attempt: Option<u32>,
     result: Option<String>,
 ) -> ApiResult {
-    state.queue.finish(id, attempt, result).await.map_err(not_reserved)?;
-    ok(IdView::of(id))
+    let queue = &state.queue;
+    queue
+        .on_delivery(id, group, |delivery| async move { queue.finish(&delivery, attempt, result).await })
+        .await
+        .map_err(not_reserved)?;
+    ok(IdView::of_delivery(id, group))
 }
 
-/// `POST /nack?jobId=&delay=&attempt=`: gives a reserved job back for a retry.
+/// `POST /nack?jobId=&group=&delay=&attempt=`: gives a reserved job (or
+/// `group`'s delivery of it) back for a retry.
 ///
 /// The job gets `attempt` + 1 and falls due after `delay`; out of retries, it becomes `dead`.
 #[utoipa::path(
     post,
     path = "/nack",
     tag = "jobs",
-    params(JobIdQuery, NackQuery, AttemptQuery),
+    params(JobIdQuery, GroupQuery, NackQuery, AttemptQuery),
     responses(
         (status = 200, description = "given back, or dead when out of retries", body = Envelope<'static, NackedView>),
-        (status = 400, description = "`jobId` missing or invalid, `attempt` or `delay` invalid", body = Refusal),
-        (status = 404, description = "no job has this id", body = Refusal),
-        (status = 409, description = "the job is not reserved, or `attempt` names an older delivery",
+        (status = 400, description = "`jobId` missing or invalid, `group`, `attempt` or `delay` invalid",
             body = Refusal),
+        (status = 404, description = "no job has this id", body = Refusal),
+        (status = 409, description = "the job (or its delivery) is not reserved, `attempt` names an older \
+            delivery, or the job has no delivery to `group`", body = Refusal),
         (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
     )
 )]
 pub(crate) async fn nack(State(state): State<AppState>, params: Params) -> ApiResult {
     let id = params.job_id()?;
+    let group = group_of(&params)?;
     let attempt = params.optional_attempt()?;
     let delay = params.optional_millis("delay")?;
-    let job = state.queue.nack(&id, attempt, delay).await.map_err(not_reserved)?;
+    let queue = &state.queue;
+    let job = queue
+        .on_delivery(&id, group.as_ref(), |delivery| async move { queue.nack(&delivery, attempt, delay).await })
+        .await
+        .map_err(not_reserved)?;
     ok(NackedView::from(job))
 }
 
-/// `POST /touch?jobId=&attempt=`: restarts the ttr clock of a reserved job.
+/// `POST /touch?jobId=&group=&attempt=`: restarts the ttr clock of a reserved
+/// job (or of `group`'s delivery of it).
 #[utoipa::path(
     post,
     path = "/touch",
     tag = "jobs",
-    params(JobIdQuery, AttemptQuery),
+    params(JobIdQuery, GroupQuery, AttemptQuery),
     responses(
         (status = 200, description = "the deadline is now + `ttr`", body = Envelope<'static, IdView>),
-        (status = 400, description = "`jobId` missing or invalid, `attempt` invalid", body = Refusal),
+        (status = 400, description = "`jobId` missing or invalid, `group` or `attempt` invalid", body = Refusal),
         (status = 404, description = "no job has this id", body = Refusal),
-        (status = 409, description = "the job is not reserved, or `attempt` names an older delivery",
-            body = Refusal),
+        (status = 409, description = "the job (or its delivery) is not reserved, `attempt` names an older \
+            delivery, or the job has no delivery to `group`", body = Refusal),
         (status = 503, description = "the scheduler is unavailable", body = Refusal),
     )
 )]
 pub(crate) async fn touch(State(state): State<AppState>, params: Params) -> ApiResult {
     let id = params.job_id()?;
+    let group = group_of(&params)?;
     let attempt = params.optional_attempt()?;
-    state.queue.touch(&id, attempt).await.map_err(not_reserved)?;
-    ok(IdView::of(&id))
+    let queue = &state.queue;
+    queue
+        .on_delivery(&id, group.as_ref(), |delivery| async move { queue.touch(&delivery, attempt).await })
+        .await
+        .map_err(not_reserved)?;
+    ok(IdView::of_delivery(&id, group.as_ref()))
 }
 
-/// `GET|POST /delete?jobId=` or `?topic=&bizKey=`: cancels a live job.
+/// `GET|POST /delete?jobId=` or `?topic=&bizKey=`: cancels a live job with
+/// every group's delivery of it; with `group=`, that group's delivery alone.
 ///
 /// The job becomes `deleted`; a consumer that holds it can no longer finish it.
 #[utoipa::path(
@@ -242,11 +269,12 @@ pub(crate) async fn touch(State(state): State<AppState>, params: Params) -> ApiR
     params(DeleteQuery),
     responses(
         (status = 200, description = "deleted", body = Envelope<'static, IdView>),
-        (status = 400, description = "neither `jobId` nor `topic` and `bizKey`, or one of them invalid",
-            body = Refusal),
+        (status = 400, description = "neither `jobId` nor `topic` and `bizKey`, or one of them (or `group`) \
+            invalid", body = Refusal),
         (status = 404, description = "no job has this id, or no live job of the topic has this business key",
             body = Refusal),
-        (status = 409, description = "the job has ended", body = Refusal),
+        (status = 409, description = "the job (or its delivery) has ended, or the job has no delivery to `group`",
+            body = Refusal),
         (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
     )
 )]
@@ -260,29 +288,48 @@ pub(crate) async fn delete(State(state): State<AppState>, params: Params) -> Api
         }
         None => return Err(ApiError::invalid("jobId is required (or topic and bizKey)")),
     };
-    state.queue.delete(&id).await?;
-    ok(IdView::of(&id))
+    let group = group_of(&params)?;
+    let queue = &state.queue;
+    queue.on_delivery(&id, group.as_ref(), |delivery| async move { queue.delete(&delivery).await }).await?;
+    ok(IdView::of_delivery(&id, group.as_ref()))
 }
 
-/// `GET /jobs/{id}?historyLimit=`: a job in any state, with the newest
-/// `historyLimit` lines of its history (default 100, at most 1000), oldest first.
+/// `GET /jobs/{id}?historyLimit=&group=`: a job in any state (with each
+/// group's delivery of it), or with `group` that group's delivery, with the
+/// newest `historyLimit` lines of history (default 100, at most 1000), oldest first.
 #[utoipa::path(
     get,
     path = "/jobs/{id}",
     tag = "jobs",
-    params(JobPath, HistoryQuery),
+    params(JobPath, GroupQuery, HistoryQuery),
     responses(
         (status = 200, description = "found", body = Envelope<'static, JobView>),
-        (status = 400, description = "an invalid id, `historyLimit` out of range", body = Refusal),
+        (status = 400, description = "an invalid id or `group`, `historyLimit` out of range", body = Refusal),
         (status = 404, description = "no job has this id (or it was purged)", body = Refusal),
+        (status = 409, description = "the job has no delivery to `group`", body = Refusal),
         (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
     )
 )]
 pub(crate) async fn get_job(State(state): State<AppState>, ApiPath(id): ApiPath<String>, params: Params) -> ApiResult {
     let id = parse_job_id("id", &id)?;
+    let group = group_of(&params)?;
     let history_limit = history_limit(&params)?;
-    let details = state.queue.get_with_history(&id, history_limit).await.map_err(|error| job_not_found(error, &id))?;
+    let details = job_details(&state, &id, group.as_ref(), history_limit).await?;
     ok(JobView::from(details))
+}
+
+/// Looks up a job, or `group`'s delivery of it, with its history.
+async fn job_details(
+    state: &AppState,
+    id: &JobId,
+    group: Option<&Group>,
+    history_limit: usize,
+) -> Result<JobDetails, ApiError> {
+    let queue = &state.queue;
+    queue
+        .on_delivery(id, group, |delivery| async move { queue.get_with_history(&delivery, history_limit).await })
+        .await
+        .map_err(|error| job_not_found(error, id))
 }
 
 /// Reads `historyLimit`: how many of the newest history lines a lookup shows.
@@ -303,7 +350,8 @@ enum Found {
 /// `GET /jobs?topic=&bizKey=` (one job) or `GET /jobs?topic=&state=&limit=&cursor=` (a page).
 ///
 /// By business key: the live job of the topic that holds it, with its newest 100 history
-/// lines. By state: a page of the topic's jobs in due-time order, then by id.
+/// lines. By state: a page of the topic's jobs in due-time order, then by id. With
+/// `group`: that group's delivery of the job, or a page of the group's deliveries.
 #[utoipa::path(
     get,
     path = "/jobs",
@@ -313,30 +361,36 @@ enum Found {
         (status = 200, description = "the job, or a page whose `cursor` leads to the next",
             body = Envelope<'static, Found>),
         (status = 400, description = "`topic` missing, `state` missing or unknown, `limit` out of range, an \
-            invalid `cursor`", body = Refusal),
+            invalid `cursor` or `group`", body = Refusal),
         (status = 404, description = "by business key only: no live job of the topic holds it", body = Refusal),
+        (status = 409, description = "by business key only: the job has no delivery to `group`", body = Refusal),
         (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
     )
 )]
 pub(crate) async fn find(State(state): State<AppState>, params: Params) -> ApiResult {
     let topic = params.topic()?;
+    let group = group_of(&params)?;
     if let Some(biz_key) = params.get("bizKey") {
         let id = state.queue.resolve_biz_key(&topic, biz_key).await?;
-        let details = state.queue.get(&id).await.map_err(|error| job_not_found(error, &id))?;
+        let details = job_details(&state, &id, group.as_ref(), DEFAULT_HISTORY_LIMIT).await?;
         return ok(Found::Job(JobView::from(details)));
     }
     let Some(job_state) = params.state()? else {
         return Err(ApiError::invalid("state is required (or bizKey)"));
     };
     let limit = params.integer_in("limit", 1, MAX_LIST_LIMIT, DEFAULT_LIST_LIMIT)?;
-    let cursor = params.get("cursor").map(decode_cursor).transpose()?;
-    let page = state.queue.list(&topic, job_state, limit as usize, cursor).await?;
+    let cursor = params.get("cursor").map(|text| decode_cursor(text, group.as_ref())).transpose()?;
+    let listed = group.as_ref().map_or_else(|| topic.clone(), |group| topic.for_group(group));
+    let page = state.queue.list(&listed, job_state, limit as usize, cursor).await?;
     ok(Found::Page(PageView::new(page.jobs, page.next)))
 }
 
 /// Words a wrong-state refusal of finish, nack and touch as "not reserved".
 fn not_reserved(error: QueueError) -> ApiError {
     match error {
+        QueueError::WrongState { id, state } if id.group_parts().is_some() => {
+            ApiError::new(ErrorKind::Conflict, format!("{} is {state}, not reserved", job_named(&id)))
+        }
         QueueError::WrongState { id, state } => {
             ApiError::new(ErrorKind::Conflict, QueueError::not_reserved_message(&id, state))
         }

@@ -10,7 +10,9 @@
 //! - [`error`]: the envelope and [`ApiError`], the one mapping of failures to statuses.
 //! - `extract`: query, JSON body and path extractors that reject with an [`ApiError`].
 //! - `views`: the JSON shapes of jobs in responses.
-//! - `jobs`: push, batch push, pop, finish, nack, touch, delete and lookups.
+//! - `jobs`: push, batch push, pop, finish, nack, touch, delete and lookups
+//!   (each with `group=` for one consumer group's delivery).
+//! - `groups`: declaring, dropping and listing the consumer groups of a topic.
 //! - `youzan`: the `topic/{topic}/job` aliases (durations in seconds).
 //! - `admin`: `/reStore`, `/reStoreJob`, `/clearAll`.
 //! - `ops`: `/health`, `/ready`, `/stats`, `/metrics`.
@@ -31,6 +33,7 @@ mod auth;
 mod batch;
 mod consumers;
 mod extract;
+mod groups;
 mod jobs;
 mod limits;
 mod openapi;

@@ -47,6 +47,8 @@ const TIMED_OUT: &str = "the request did not complete within `server.request_tim
     tags(
         (name = "jobs", description = "push, pop, acknowledge and look up jobs"),
         (name = "youzan", description = "the routes of the Youzan design: durations in seconds, the topic in the path"),
+        (name = "groups", description = "consumer groups: each due job of a topic with groups is delivered to \
+            every group"),
         (name = "consumers", description = "the registry of consumers: heartbeats; `/stats` lists them"),
         (name = "admin", description = "rebuild the scheduler from the store, clear everything: an admin token"),
         (name = "ops", description = "liveness, readiness, counts, metrics and this document"),

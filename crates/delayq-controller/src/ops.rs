@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use delayq_common::{JobState, Timestamp};
+use delayq_common::{JobState, Timestamp, Topic};
 use delayq_queue::{HorizonStats, QueueStats};
 use serde::Serialize;
 use tracing::warn;
@@ -69,26 +69,48 @@ impl StateCounts {
     }
 }
 
-/// Counts per topic and in total: live states from the scheduler (always
-/// current), ended states from the store.
-fn count_jobs(stats: &QueueStats) -> (BTreeMap<String, StateCounts>, StateCounts) {
-    let mut topics: BTreeMap<String, StateCounts> = BTreeMap::new();
-    for live in &stats.live {
-        let counts = topics.entry(live.topic.to_string()).or_default();
-        counts.add(JobState::Delay, live.delay);
-        counts.add(JobState::Ready, live.ready);
-        counts.add(JobState::Reserved, live.reserved);
-    }
-    for stored in stats.stored.iter().filter(|stored| stored.state.is_terminal()) {
-        topics.entry(stored.topic.to_string()).or_default().add(stored.state, stored.count);
-    }
-    let mut totals = StateCounts::default();
-    for counts in topics.values() {
-        for state in JobState::ALL {
-            totals.add(state, counts.get(state));
+/// The counts of `/stats`: per topic, per topic and group (the groups'
+/// deliveries), and in total.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct JobCounts {
+    topics: BTreeMap<String, StateCounts>,
+    deliveries: BTreeMap<String, BTreeMap<String, StateCounts>>,
+    totals: StateCounts,
+}
+
+impl JobCounts {
+    /// Returns the counts of a topic, or of a group's deliveries when `topic`
+    /// is the queue of one (`Topic::for_group`), which is shown by its topic and group.
+    fn of(&mut self, topic: &Topic) -> &mut StateCounts {
+        match topic.group_parts() {
+            Some((topic, group)) => self.deliveries.entry(topic.into()).or_default().entry(group.into()).or_default(),
+            None => self.topics.entry(topic.to_string()).or_default(),
         }
     }
-    (topics, totals)
+}
+
+/// Counts per topic, per group's deliveries and in total: live states from
+/// the scheduler (always current), ended states from the store.
+fn count_jobs(stats: &QueueStats) -> JobCounts {
+    let mut counts = JobCounts::default();
+    for live in &stats.live {
+        let topic = counts.of(&live.topic);
+        topic.add(JobState::Delay, live.delay);
+        topic.add(JobState::Ready, live.ready);
+        topic.add(JobState::Reserved, live.reserved);
+    }
+    for stored in stats.stored.iter().filter(|stored| stored.state.is_terminal()) {
+        counts.of(&stored.topic).add(stored.state, stored.count);
+    }
+    let delivered = counts.deliveries.values().flat_map(BTreeMap::values);
+    let mut totals = StateCounts::default();
+    for topic in counts.topics.values().chain(delivered) {
+        for state in JobState::ALL {
+            totals.add(state, topic.get(state));
+        }
+    }
+    counts.totals = totals;
+    counts
 }
 
 /// `{"status": "up"}`: the answer to `/health`.
@@ -184,7 +206,10 @@ async fn check_backends(state: &AppState) -> Vec<(&'static str, bool)> {
 struct StatsView {
     /// Per topic, the number of jobs in each state.
     topics: BTreeMap<String, StateCounts>,
-    /// The same counts summed over the topics.
+    /// Per topic with consumer groups and per group, the number of the group's
+    /// deliveries in each state.
+    deliveries: BTreeMap<String, BTreeMap<String, StateCounts>>,
+    /// The same counts summed over the topics and the deliveries.
     totals: StateCounts,
     #[serde(flatten)]
     role: RoleInfo,
@@ -198,6 +223,8 @@ struct StatsView {
     consumers: Vec<ConsumerEntry>,
     /// The paused topics, by name.
     paused: Vec<String>,
+    /// The declared consumer groups of each topic that has any, by name.
+    groups: BTreeMap<String, Vec<String>>,
 }
 
 /// Where the horizon stands: the scheduler holds the jobs due by
@@ -261,13 +288,27 @@ struct Backends {
 )]
 pub(crate) async fn stats(State(state): State<AppState>) -> ApiResult {
     let stats = state.queue.stats().await?;
-    let (topics, totals) = count_jobs(&stats);
+    let JobCounts { topics, deliveries, totals } = count_jobs(&stats);
     let backends = Backends { scheduler: stats.scheduler, store: stats.store };
     let horizon = stats.horizon.as_ref().map(HorizonView::from);
     let consumers = consumers::listed(&state).await?;
     let mut paused: Vec<String> = state.queue.paused_topics().await.iter().map(ToString::to_string).collect();
     paused.sort();
-    ok(StatsView { topics, totals, role: (state.role)(), backends, horizon, consumers, paused })
+    let groups = declared_groups(&state).await;
+    let role = (state.role)();
+    ok(StatsView { topics, deliveries, totals, role, backends, horizon, consumers, paused, groups })
+}
+
+/// The declared groups of each topic that has any, each list sorted.
+async fn declared_groups(state: &AppState) -> BTreeMap<String, Vec<String>> {
+    let declared = state.queue.groups().await;
+    let mut groups = BTreeMap::new();
+    for (topic, names) in declared.iter() {
+        let mut names: Vec<String> = names.iter().map(ToString::to_string).collect();
+        names.sort();
+        groups.insert(topic.to_string(), names);
+    }
+    groups
 }
 
 /// `GET /metrics`: the Prometheus text format, with the job gauges refreshed.
@@ -282,7 +323,7 @@ pub(crate) async fn stats(State(state): State<AppState>) -> ApiResult {
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     match state.queue.stats().await {
         Ok(stats) => {
-            let (_, totals) = count_jobs(&stats);
+            let totals = count_jobs(&stats).totals;
             for job_state in JobState::ALL {
                 metrics::gauge!(JOBS_GAUGE, "state" => job_state.as_str()).set(totals.get(job_state) as f64);
             }
@@ -306,7 +347,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use delayq_common::Topic;
+    use delayq_common::Group;
     use delayq_queue::TopicStats;
     use delayq_store::StateCount;
 
@@ -325,9 +366,30 @@ mod tests {
             store: "sqlite",
             horizon: None,
         };
-        let (topics, totals) = count_jobs(&stats);
+        let counts = count_jobs(&stats);
         let expected = StateCounts { delay: 2, ready: 1, reserved: 1, finished: 4, ..StateCounts::default() };
-        assert_eq!(topics.get("t"), Some(&expected));
-        assert_eq!(totals, expected);
+        assert_eq!(counts.topics.get("t"), Some(&expected));
+        assert_eq!(counts.totals, expected);
+    }
+
+    #[test]
+    fn deliveries_are_counted_by_topic_and_group_never_under_their_queue() {
+        let (Ok(topic), Ok(group)) = (Topic::parse("t"), Group::parse("g")) else { panic!("valid names") };
+        let queue = topic.for_group(&group);
+        let stats = QueueStats {
+            live: vec![
+                TopicStats { topic: topic.clone(), delay: 1, ready: 0, reserved: 0 },
+                TopicStats { topic: queue.clone(), delay: 0, ready: 2, reserved: 1 },
+            ],
+            stored: vec![StateCount { topic: queue, state: JobState::Dead, count: 3 }],
+            scheduler: "memory",
+            store: "sqlite",
+            horizon: None,
+        };
+        let counts = count_jobs(&stats);
+        assert_eq!(counts.topics.keys().collect::<Vec<_>>(), ["t"]);
+        let delivered = StateCounts { ready: 2, reserved: 1, dead: 3, ..StateCounts::default() };
+        assert_eq!(counts.deliveries.get("t").and_then(|groups| groups.get("g")), Some(&delivered));
+        assert_eq!(counts.totals, StateCounts { delay: 1, ready: 2, reserved: 1, dead: 3, ..StateCounts::default() });
     }
 }

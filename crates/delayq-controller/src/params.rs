@@ -16,6 +16,17 @@ pub(crate) struct JobIdQuery {
     job_id: String,
 }
 
+/// The consumer group whose delivery a call acts on.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code, reason = "never built: `consumers::group_of` reads it")]
+pub(crate) struct GroupQuery {
+    /// A consumer group of the job's topic: the call acts on that group's delivery of
+    /// the job; without it, on the job itself.
+    #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
+    group: Option<String>,
+}
+
 /// The delivery a consumer holds.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -34,6 +45,10 @@ pub(crate) struct PopQuery {
     /// The topic.
     #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
     topic: String,
+    /// The consumer group whose deliveries to reserve; required on a topic with groups
+    /// (a dropped group's deliveries still live are popped with it too).
+    #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
+    group: Option<String>,
     /// How many jobs to reserve at most.
     #[param(minimum = 1, maximum = 100, default = 1)]
     count: Option<u32>,
@@ -68,6 +83,10 @@ pub(crate) struct DeleteQuery {
     topic: Option<String>,
     /// The business key of a live job of `topic`.
     biz_key: Option<String>,
+    /// A consumer group: cancel that group's delivery of the job alone; without it, the
+    /// job and every group's delivery of it.
+    #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
+    group: Option<String>,
 }
 
 /// A job named in the path.
@@ -107,6 +126,10 @@ pub(crate) struct FindQuery {
     limit: Option<u32>,
     /// The `cursor` of the previous page, as it was returned.
     cursor: Option<String>,
+    /// A consumer group of the topic: its delivery of the job (by `bizKey`), or a page
+    /// of its deliveries.
+    #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
+    group: Option<String>,
 }
 
 /// The topic a route names in its path.
@@ -117,6 +140,19 @@ pub(crate) struct TopicPath {
     /// The topic.
     #[param(pattern = "^[A-Za-z0-9._:-]+$")]
     topic: String,
+}
+
+/// A consumer group of a topic, named in the path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code, reason = "never built: `ApiPath` reads it")]
+pub(crate) struct TopicGroupPath {
+    /// The topic.
+    #[param(pattern = "^[A-Za-z0-9._:-]+$")]
+    topic: String,
+    /// The group.
+    #[param(pattern = "^[A-Za-z0-9._:-]+$")]
+    group: String,
 }
 
 /// The topic and job of a Youzan route; the job must belong to the topic.

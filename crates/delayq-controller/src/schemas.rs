@@ -96,6 +96,9 @@ pub(crate) struct JobSchema {
     retry_backoff: Vec<u64>,
     /// How long a due job may wait unpopped before it expires, in ms; 0 is never.
     ttl: u64,
+    /// The consumer groups the push named, by name; absent when it named none (every
+    /// group of the topic).
+    groups: Option<Vec<String>>,
     /// The number of the current (or next) delivery, from 1.
     attempt: u32,
     /// The job's state.
@@ -153,6 +156,11 @@ pub(crate) struct PushBody {
     /// Update the live job with this id or business key in place, if it is waiting.
     #[schema(default = false)]
     replace: Option<bool>,
+    /// On a topic with consumer groups: deliver the job only to those of these groups
+    /// declared when it falls due (each name like a topic's); absent or empty, to every
+    /// group declared then.
+    #[schema(max_items = 64)]
+    groups: Option<Vec<String>>,
 }
 
 /// A Youzan push: the fields of a push with `delay` and `ttr` in seconds, and
@@ -238,7 +246,9 @@ mod tests {
 
     #[test]
     fn the_job_schema_has_the_fields_a_job_serializes() {
-        let job = delayq_testkit::job("j", &delayq_testkit::topic("t"), Timestamp::now());
+        let mut job = delayq_testkit::job("j", &delayq_testkit::topic("t"), Timestamp::now());
+        // Serialized only when the push named some.
+        job.groups = vec![delayq_common::Group::parse("billing").unwrap()];
         let Ok(Value::Object(serialized)) = serde_json::to_value(job) else { panic!("a job is an object") };
         let fields: BTreeSet<String> = serialized.into_iter().map(|(name, _)| name).collect();
         assert_eq!(properties(JobSchema::schema()), fields);

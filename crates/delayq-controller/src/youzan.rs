@@ -131,7 +131,7 @@ pub(crate) async fn finish(
 ) -> ApiResult {
     let id = job_of_topic(&state, &topic, &id).await?;
     let result = finish_result(&state, fields)?;
-    finish_job(&state, &id, None, result).await
+    finish_job(&state, &id, None, None, result).await
 }
 
 /// Validates the path and checks that the job belongs to the path's topic,

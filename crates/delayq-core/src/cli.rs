@@ -62,6 +62,9 @@ pub(crate) enum ClientCommand {
         /// The consumer's name, for the registry of consumers (`delayq stats` lists it).
         #[arg(long)]
         consumer: Option<String>,
+        /// The consumer group whose deliveries to take (required on a topic with groups).
+        #[arg(long)]
+        group: Option<String>,
     },
     /// Acknowledges a reserved job.
     Finish {
@@ -75,6 +78,9 @@ pub(crate) enum ClientCommand {
         /// the job under another consumer.
         #[arg(long)]
         attempt: Option<u32>,
+        /// The consumer group whose delivery of the job is acknowledged.
+        #[arg(long)]
+        group: Option<String>,
     },
     /// Shows the server's counts.
     Stats {
@@ -112,6 +118,20 @@ pub(crate) enum ClientCommand {
         /// The topic.
         #[arg(long)]
         topic: String,
+    },
+    /// Declares a consumer group of a topic (every job falling due reaches it), or drops it.
+    Group {
+        #[command(flatten)]
+        server: ServerArg,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// The group.
+        #[arg(long)]
+        group: String,
+        /// Drops the group instead: jobs falling due no longer reach it.
+        #[arg(long)]
+        drop: bool,
     },
 }
 

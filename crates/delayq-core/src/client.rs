@@ -2,7 +2,7 @@
 //! table for people or, with `--json`, as the server sent it.
 
 use anyhow::{bail, Context};
-use delayq_common::{JobId, Topic};
+use delayq_common::{Group, JobId, Topic};
 use serde_json::{json, Value};
 
 use crate::cli::{ClientCommand, ServerArg};
@@ -19,18 +19,24 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
             let answer = send(authorized(http.post(url(&server, "/push")), &server).json(&job)).await?;
             (answer, server.json, Shown::Pushed)
         }
-        ClientCommand::Pop { server, topic, count, timeout, consumer } => {
+        ClientCommand::Pop { server, topic, count, timeout, consumer, group } => {
             let mut query = vec![("topic", topic), ("count", count.to_string()), ("timeout", timeout.to_string())];
             if let Some(consumer) = consumer {
                 query.push(("consumer", consumer));
             }
+            if let Some(group) = group {
+                query.push(("group", group));
+            }
             let request = http.get(url(&server, "/pop")).query(&query);
             (send(authorized(request, &server)).await?, server.json, Shown::Popped)
         }
-        ClientCommand::Finish { server, id, attempt } => {
+        ClientCommand::Finish { server, id, attempt, group } => {
             let mut query = vec![("jobId", id)];
             if let Some(attempt) = attempt {
                 query.push(("attempt", attempt.to_string()));
+            }
+            if let Some(group) = group {
+                query.push(("group", group));
             }
             let answer = send(authorized(http.post(url(&server, "/finish")).query(&query), &server)).await?;
             (answer, server.json, Shown::Finished)
@@ -59,6 +65,13 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
             let topic = Topic::parse(topic)?;
             let answer = send(authorized(http.post(url(&server, &format!("/topics/{topic}/resume"))), &server)).await?;
             (answer, server.json, Shown::Paused)
+        }
+        ClientCommand::Group { server, topic, group, drop } => {
+            let (topic, group) = (Topic::parse(topic)?, Group::parse(group)?);
+            let path = url(&server, &format!("/topics/{topic}/groups/{group}"));
+            let request = if drop { http.delete(path) } else { http.put(path) };
+            let answer = send(authorized(request, &server)).await?;
+            (answer, server.json, Shown::Group { topic, group, dropped: drop })
         }
     };
     let succeeded = answer.get("success") == Some(&Value::Bool(true));

@@ -5,16 +5,18 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use comfy_table::{presets, Table};
+use delayq_common::{Group, Topic};
 use serde_json::Value;
 
 /// Which answer is shown.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Shown {
     Pushed,
     Popped,
     Finished,
     Stats,
     Paused,
+    Group { topic: Topic, group: Group, dropped: bool },
 }
 
 /// The job states, in the order `/stats` columns show them.
@@ -22,7 +24,7 @@ const STATES: [&str; 7] = ["delay", "ready", "reserved", "finished", "deleted", 
 
 impl Shown {
     /// Renders the `data` of a successful answer.
-    pub(crate) fn render(self, data: &Value) -> String {
+    pub(crate) fn render(&self, data: &Value) -> String {
         match self {
             Shown::Pushed => pushed(data),
             Shown::Popped => popped(data),
@@ -32,6 +34,8 @@ impl Shown {
                 let state = if data["paused"] == Value::Bool(true) { "paused" } else { "running" };
                 format!("{} {state}\n", text(&data["topic"]))
             }
+            Shown::Group { topic, group, dropped: false } => format!("group {group} of {topic} declared\n"),
+            Shown::Group { topic, group, dropped: true } => format!("group {group} of {topic} dropped\n"),
         }
     }
 }
@@ -47,11 +51,12 @@ fn popped(data: &Value) -> String {
     if jobs.is_empty() {
         return "no job is ready\n".to_owned();
     }
-    let mut table = table(&["ID", "TOPIC", "ATTEMPT", "DUE", "BODY"]);
+    let mut table = table(&["ID", "TOPIC", "GROUP", "ATTEMPT", "DUE", "BODY"]);
     for job in jobs {
         table.add_row(vec![
             text(&job["id"]),
             text(&job["topic"]),
+            text(&job["group"]),
             text(&job["attempt"]),
             instant(&job["runAt"]),
             shortened(&text(&job["body"]), 40),

@@ -3,7 +3,8 @@
 //! A push fills the same [`PushInput`] the REST face reads from its JSON body
 //! and is checked by [`PushRequest::validate`], so both faces refuse the same
 //! input with the same message. Query-like fields follow the REST parameter rules:
-//! an empty string counts as absent, and messages use the REST names.
+//! an empty string counts as absent, and messages use the REST names. A group's
+//! delivery is shown as REST shows it: the id and topic of its job, and its group.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use delayq_common::{
     ConsumerName, Group, InvalidField, Job, JobId, JobState, Limits, PushInput, PushRequest, TimeUnit, Timestamp, Topic,
 };
-use delayq_queue::{ConsumerView, QueueStats};
+use delayq_queue::{ConsumerView, Delivery, QueueStats, TopicGroups};
 use delayq_store::LogEntry;
 use tonic::Status;
 
@@ -45,7 +46,7 @@ fn push_input(request: &pb::PushRequest) -> PushInput {
         subtopic: request.subtopic.clone(),
         biz_key: request.biz_key.clone(),
         replace: request.replace.then_some(true),
-        groups: None,
+        groups: Some(request.groups.clone()).filter(|groups| !groups.is_empty()),
     }
 }
 
@@ -147,8 +148,20 @@ pub(crate) fn state(state: JobState) -> i32 {
     state as i32
 }
 
+/// Shows a group's delivery as clients know it: the id and topic of its job,
+/// and its group (returned); a job that is no delivery is left as it is.
+fn as_shown(job: &mut Job) -> Option<String> {
+    let (id, group) = job.id.group_parts()?;
+    job.id = id;
+    if let Some((topic, _)) = job.topic.group_parts() {
+        job.topic = topic;
+    }
+    Some(group.into())
+}
+
 /// Returns a job as a consumer receives it: the fields of a REST pop.
-pub(crate) fn reserved_job(job: Job) -> pb::ReservedJob {
+pub(crate) fn reserved_job(mut job: Job) -> pb::ReservedJob {
+    let group = as_shown(&mut job);
     pb::ReservedJob {
         id: job.id.into(),
         topic: job.topic.into(),
@@ -159,11 +172,13 @@ pub(crate) fn reserved_job(job: Job) -> pb::ReservedJob {
         ttr_ms: millis(job.ttr),
         priority: u32::from(job.priority),
         biz_key: job.biz_key,
+        group,
     }
 }
 
 /// Returns a job with every field.
-pub(crate) fn full_job(job: Job) -> pb::Job {
+pub(crate) fn full_job(mut job: Job) -> pb::Job {
+    let group = as_shown(&mut job);
     pb::Job {
         id: job.id.into(),
         topic: job.topic.into(),
@@ -182,7 +197,28 @@ pub(crate) fn full_job(job: Job) -> pb::Job {
         state: state(job.state),
         result: job.result,
         updated_at: epoch(job.updated_at),
-        groups: Vec::new(),
+        groups: job.groups.into_iter().map(String::from).collect(),
+        group,
+    }
+}
+
+/// Returns the job id and group of a job a nack returned (a group's delivery under its own id).
+pub(crate) fn shown_id(mut job: Job) -> (String, Option<String>) {
+    let group = as_shown(&mut job);
+    (job.id.into(), group)
+}
+
+/// Returns one group's delivery of a job, as `GetJob` lists it.
+pub(crate) fn delivery(delivery: Delivery) -> pb::Delivery {
+    let job = delivery.details.job;
+    pb::Delivery {
+        group: delivery.group.into(),
+        state: state(job.state),
+        attempt: job.attempt,
+        run_at: epoch(job.run_at),
+        updated_at: epoch(job.updated_at),
+        result: job.result,
+        history: delivery.details.history.into_iter().map(history_entry).collect(),
     }
 }
 
@@ -204,31 +240,63 @@ fn add(counts: &mut pb::StateCounts, job_state: JobState, count: u64) {
     *slot += count;
 }
 
+/// The counts of `Stats` per topic, and per topic and group for the groups' deliveries.
+#[derive(Default)]
+struct Counts {
+    topics: BTreeMap<String, pb::StateCounts>,
+    deliveries: BTreeMap<String, BTreeMap<String, pb::StateCounts>>,
+}
+
+impl Counts {
+    /// Returns the counts of a topic, or of a group's deliveries when `topic`
+    /// is the queue of one (`Topic::for_group`), shown by its topic and group.
+    fn of(&mut self, topic: &Topic) -> &mut pb::StateCounts {
+        match topic.group_parts() {
+            Some((topic, group)) => self.deliveries.entry(topic.into()).or_default().entry(group.into()).or_default(),
+            None => self.topics.entry(topic.to_string()).or_default(),
+        }
+    }
+}
+
 /// Returns the counts of `/stats`: live states from the scheduler (always
-/// current), ended states from the store; per topic and in total.
-pub(crate) fn stats_reply(stats: QueueStats, consumers: Vec<ConsumerView>) -> pb::StatsReply {
-    let mut topics: BTreeMap<String, pb::StateCounts> = BTreeMap::new();
+/// current), ended states from the store; per topic, per group's deliveries
+/// and in total; with the declared groups.
+pub(crate) fn stats_reply(stats: QueueStats, consumers: Vec<ConsumerView>, groups: &TopicGroups) -> pb::StatsReply {
+    let mut counts = Counts::default();
     let mut totals = pb::StateCounts::default();
     for live in &stats.live {
-        let counts = topics.entry(live.topic.to_string()).or_default();
+        let topic = counts.of(&live.topic);
         for (job_state, count) in
             [(JobState::Delay, live.delay), (JobState::Ready, live.ready), (JobState::Reserved, live.reserved)]
         {
-            add(counts, job_state, count);
+            add(topic, job_state, count);
             add(&mut totals, job_state, count);
         }
     }
     for stored in stats.stored.iter().filter(|stored| stored.state.is_terminal()) {
-        add(topics.entry(stored.topic.to_string()).or_default(), stored.state, stored.count);
+        add(counts.of(&stored.topic), stored.state, stored.count);
         add(&mut totals, stored.state, stored.count);
     }
+    let deliveries = counts
+        .deliveries
+        .into_iter()
+        .map(|(topic, groups)| (topic, pb::GroupCounts { groups: groups.into_iter().collect() }));
     pb::StatsReply {
-        topics: topics.into_iter().collect(),
+        topics: counts.topics.into_iter().collect(),
         totals: Some(totals),
         scheduler: stats.scheduler.to_owned(),
         store: stats.store.to_owned(),
         consumers: consumers.into_iter().map(consumer_entry).collect(),
+        groups: groups.iter().map(|(topic, names)| (topic.to_string(), group_list(names))).collect(),
+        deliveries: deliveries.collect(),
     }
+}
+
+/// Returns groups by name, sorted.
+pub(crate) fn group_list(groups: &[Group]) -> pb::GroupList {
+    let mut names: Vec<String> = groups.iter().map(ToString::to_string).collect();
+    names.sort();
+    pb::GroupList { groups: names }
 }
 
 #[cfg(test)]
@@ -289,6 +357,7 @@ mod tests {
             subtopic: Some("eu".into()),
             biz_key: Some("k".into()),
             replace: true,
+            groups: vec!["b".into(), "a".into()],
             ..push("t", "")
         };
         let parsed = parse_push(&request, &Limits::default(), NOW).map_err(|invalid| invalid.to_string());
@@ -301,6 +370,26 @@ mod tests {
         assert_eq!((parsed.subtopic.as_deref(), parsed.biz_key.as_deref()), (Some("eu"), Some("k")));
         assert!(parsed.replace);
         assert_eq!(parsed.body, "");
+        assert_eq!(parsed.groups.iter().map(Group::as_str).collect::<Vec<_>>(), ["a", "b"]);
+        let refused = refusal(pb::PushRequest { groups: vec!["a/b".into()], ..push("t", "b") });
+        assert_eq!(refused.1, "groups may only contain A-Z a-z 0-9 . _ : -");
+    }
+
+    #[test]
+    fn a_delivery_is_shown_with_the_id_and_topic_of_its_job_and_its_group() {
+        let topic = delayq_testkit::topic("orders");
+        let job = delayq_testkit::job("order-7", &topic, NOW);
+        let Ok(group) = Group::parse("billing") else { panic!("valid group") };
+        let delivery = Job { id: job.id.for_group(&group), topic: topic.for_group(&group), ..job.clone() };
+        let reserved = reserved_job(delivery.clone());
+        assert_eq!((reserved.id.as_str(), reserved.topic.as_str()), ("order-7", "orders"));
+        assert_eq!(reserved.group.as_deref(), Some("billing"));
+        let full = full_job(delivery);
+        assert_eq!(
+            (full.id.as_str(), full.topic.as_str(), full.group.as_deref()),
+            ("order-7", "orders", Some("billing"))
+        );
+        assert_eq!(reserved_job(job).group, None);
     }
 
     #[test]

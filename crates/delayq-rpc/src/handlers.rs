@@ -5,16 +5,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_common::{InvalidField, JobId, Timestamp};
+use delayq_common::{ErrorKind, Group, InvalidField, JobId, Timestamp};
 use delayq_queue::service::{MAX_BATCH_PUSH, MAX_POP_COUNT, MAX_POP_WAIT};
 use delayq_queue::{ConsumerKey, DelayQueue, Pushed, QueueResult};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::convert::{self, full_job, history_entry, job_id, optional_job_id_named, parse_push, reserved_job, topic};
+use crate::convert::{
+    self, full_job, history_entry, job_id, optional_group, optional_job_id_named, parse_push, reserved_job, topic,
+};
 use crate::pb::v1 as pb;
 use crate::pb::v1::delay_queue_service_server::DelayQueueService;
-use crate::status::{invalid, invalid_field, job_not_found, not_reserved, queue_code_and_message, queue_status};
+use crate::status::{
+    delivery_status, invalid, invalid_field, job_not_found, not_reserved, of_kind, queue_code_and_message, queue_status,
+};
 use crate::subscribe::Subscriptions;
 
 /// The gRPC service over a [`DelayQueue`].
@@ -45,6 +49,16 @@ impl RpcServer {
         }
         self.queue.resolve_biz_key(&topic, biz_key).await.map_err(queue_status)
     }
+}
+
+/// Returns the id under which `group`'s delivery of job `id` (the job itself
+/// without a group) is held, for the Subscribe streams' accounting.
+fn held_id(id: &JobId, group: Option<&Group>) -> JobId {
+    group.map_or_else(|| id.clone(), |group| id.for_group(group))
+}
+
+fn group_name(group: Option<&Group>) -> Option<String> {
+    group.map(ToString::to_string)
 }
 
 fn pushed_reply(pushed: Pushed) -> pb::PushReply {
@@ -87,9 +101,14 @@ impl DelayQueueService for RpcServer {
     async fn delete(&self, request: Request<pb::DeleteRequest>) -> Result<Response<pb::DeleteReply>, Status> {
         let request = request.into_inner();
         let id = self.target("jobId", &request.id, &request.topic, &request.biz_key).await?;
-        self.queue.delete(&id).await.map_err(queue_status)?;
-        self.subscriptions.released(&id);
-        Ok(Response::new(pb::DeleteReply { id: id.into() }))
+        let group = optional_group(request.group.as_deref())?;
+        let queue = &self.queue;
+        queue
+            .on_delivery(&id, group.as_ref(), |delivery| async move { queue.delete(&delivery).await })
+            .await
+            .map_err(|error| delivery_status(error, group.as_ref(), queue_status))?;
+        self.subscriptions.released(&held_id(&id, group.as_ref()));
+        Ok(Response::new(pb::DeleteReply { id: id.into(), group: group_name(group.as_ref()) }))
     }
 
     async fn pop(&self, request: Request<pb::PopRequest>) -> Result<Response<pb::PopReply>, Status> {
@@ -100,49 +119,77 @@ impl DelayQueueService for RpcServer {
         let timeout_ms = convert::integer_in("timeout", request.timeout_ms, 0, max_wait_ms, 0)?;
         let wait = Duration::from_millis(timeout_ms);
         let consumer = convert::optional_consumer(request.consumer.as_deref())?;
-        let jobs = self.queue.pop_for(consumer.as_ref(), &topic, count as usize, wait).await.map_err(queue_status)?;
+        let group = optional_group(request.group.as_deref())?;
+        let jobs = self
+            .queue
+            .pop_for(consumer.as_ref(), &topic, group.as_ref(), count as usize, wait)
+            .await
+            .map_err(queue_status)?;
         Ok(Response::new(pb::PopReply { jobs: jobs.into_iter().map(reserved_job).collect() }))
     }
 
     async fn finish(&self, request: Request<pb::FinishRequest>) -> Result<Response<pb::FinishReply>, Status> {
         let request = request.into_inner();
         let id = job_id(&request.id)?;
+        let group = optional_group(request.group.as_deref())?;
         let attempt = convert::optional_attempt(request.attempt)?;
         if request.result.as_ref().is_some_and(|result| result.len() > self.max_result_bytes) {
             let limit = self.max_result_bytes;
             return Err(invalid_field(InvalidField::too_large("result", format!("must be at most {limit} bytes"))));
         }
-        self.queue.finish(&id, attempt, request.result).await.map_err(not_reserved)?;
-        self.subscriptions.released(&id);
-        Ok(Response::new(pb::FinishReply { id: id.into() }))
+        let (queue, result) = (&self.queue, request.result);
+        queue
+            .on_delivery(&id, group.as_ref(), |delivery| async move { queue.finish(&delivery, attempt, result).await })
+            .await
+            .map_err(|error| delivery_status(error, group.as_ref(), not_reserved))?;
+        self.subscriptions.released(&held_id(&id, group.as_ref()));
+        Ok(Response::new(pb::FinishReply { id: id.into(), group: group_name(group.as_ref()) }))
     }
 
     async fn nack(&self, request: Request<pb::NackRequest>) -> Result<Response<pb::NackReply>, Status> {
         let request = request.into_inner();
         let id = job_id(&request.id)?;
+        let group = optional_group(request.group.as_deref())?;
         let delay = convert::optional_millis("delay", request.delay_ms)?;
         let attempt = convert::optional_attempt(request.attempt)?;
-        let job = self.queue.nack(&id, attempt, delay).await.map_err(not_reserved)?;
-        self.subscriptions.released(&id);
+        let queue = &self.queue;
+        let job = queue
+            .on_delivery(&id, group.as_ref(), |delivery| async move { queue.nack(&delivery, attempt, delay).await })
+            .await
+            .map_err(|error| delivery_status(error, group.as_ref(), not_reserved))?;
+        self.subscriptions.released(&held_id(&id, group.as_ref()));
         let run_at = i64::try_from(job.run_at.as_millis()).unwrap_or(i64::MAX);
-        Ok(Response::new(pb::NackReply { id: id.into(), run_at, state: convert::state(job.state) }))
+        let state = convert::state(job.state);
+        let (id, group) = convert::shown_id(job);
+        Ok(Response::new(pb::NackReply { id, run_at, state, group }))
     }
 
     async fn touch(&self, request: Request<pb::TouchRequest>) -> Result<Response<pb::TouchReply>, Status> {
         let request = request.into_inner();
         let id = job_id(&request.id)?;
+        let group = optional_group(request.group.as_deref())?;
         let attempt = convert::optional_attempt(request.attempt)?;
-        let job = self.queue.touch(&id, attempt).await.map_err(not_reserved)?;
-        self.subscriptions.touched(&id, job.ttr);
-        Ok(Response::new(pb::TouchReply { id: id.into() }))
+        let queue = &self.queue;
+        let job = queue
+            .on_delivery(&id, group.as_ref(), |delivery| async move { queue.touch(&delivery, attempt).await })
+            .await
+            .map_err(|error| delivery_status(error, group.as_ref(), not_reserved))?;
+        self.subscriptions.touched(&held_id(&id, group.as_ref()), job.ttr);
+        Ok(Response::new(pb::TouchReply { id: id.into(), group: group_name(group.as_ref()) }))
     }
 
     async fn get_job(&self, request: Request<pb::GetJobRequest>) -> Result<Response<pb::GetJobReply>, Status> {
         let request = request.into_inner();
         let id = self.target("id", &request.id, &request.topic, &request.biz_key).await?;
-        let details = self.queue.get(&id).await.map_err(|error| job_not_found(error, &id))?;
+        let group = optional_group(request.group.as_deref())?;
+        let queue = &self.queue;
+        let details = queue
+            .on_delivery(&id, group.as_ref(), |delivery| async move { queue.get(&delivery).await })
+            .await
+            .map_err(|error| delivery_status(error, group.as_ref(), |error| job_not_found(error, &id)))?;
         let history = details.history.into_iter().map(history_entry).collect();
-        Ok(Response::new(pb::GetJobReply { job: Some(full_job(details.job)), history }))
+        let deliveries = details.deliveries.into_iter().map(convert::delivery).collect();
+        Ok(Response::new(pb::GetJobReply { job: Some(full_job(details.job)), history, deliveries }))
     }
 
     async fn run_job(&self, request: Request<pb::JobRequest>) -> Result<Response<pb::PushReply>, Status> {
@@ -206,7 +253,8 @@ impl DelayQueueService for RpcServer {
     async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsReply>, Status> {
         let stats = self.queue.stats().await.map_err(queue_status)?;
         let consumers = self.queue.consumers().await.map_err(queue_status)?;
-        Ok(Response::new(convert::stats_reply(stats, consumers)))
+        let groups = self.queue.groups().await;
+        Ok(Response::new(convert::stats_reply(stats, consumers, &groups)))
     }
 
     async fn heartbeat(&self, request: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatReply>, Status> {
@@ -224,6 +272,28 @@ impl DelayQueueService for RpcServer {
         Ok(Response::new(pb::HeartbeatReply { forget_after_ms }))
     }
 
+    async fn declare_group(
+        &self,
+        request: Request<pb::GroupRequest>,
+    ) -> Result<Response<pb::DeclareGroupReply>, Status> {
+        let (topic, group) = topic_and_group(request.into_inner())?;
+        let created = self.queue.declare_group(&topic, &group).await.map_err(queue_status)?;
+        Ok(Response::new(pb::DeclareGroupReply { topic: topic.into(), group: group.into(), created }))
+    }
+
+    async fn drop_group(&self, request: Request<pb::GroupRequest>) -> Result<Response<pb::DropGroupReply>, Status> {
+        let (topic, group) = topic_and_group(request.into_inner())?;
+        if !self.queue.drop_group(&topic, &group).await.map_err(queue_status)? {
+            return Err(of_kind(ErrorKind::NotFound, format!("topic {topic} has no group {group}")));
+        }
+        Ok(Response::new(pb::DropGroupReply { topic: topic.into(), group: group.into() }))
+    }
+
+    async fn list_groups(&self, request: Request<pb::TopicRequest>) -> Result<Response<pb::GroupList>, Status> {
+        let topic = topic(&request.into_inner().topic)?;
+        Ok(Response::new(convert::group_list(&self.queue.groups_of(&topic).await)))
+    }
+
     type SubscribeStream = ReceiverStream<Result<pb::ReservedJob, Status>>;
 
     async fn subscribe(
@@ -235,7 +305,16 @@ impl DelayQueueService for RpcServer {
         let max_in_flight =
             convert::integer_in("maxInFlight", request.max_in_flight, 1, crate::subscribe::MAX_IN_FLIGHT as u64, 1)?;
         let consumer = convert::optional_consumer(request.consumer.as_deref())?;
-        let stream = self.subscriptions.start(Arc::clone(&self.queue), topic, consumer, max_in_flight as usize)?;
+        let group = optional_group(request.group.as_deref())?;
+        let stream =
+            self.subscriptions.start(Arc::clone(&self.queue), topic, group, consumer, max_in_flight as usize)?;
         Ok(Response::new(stream))
     }
+}
+
+/// Validates the topic and group of a request, naming the one refused.
+fn topic_and_group(request: pb::GroupRequest) -> Result<(delayq_common::Topic, Group), Status> {
+    let topic = topic(&request.topic)?;
+    let group = optional_group(Some(&request.group))?.ok_or_else(|| invalid("group is required"))?;
+    Ok((topic, group))
 }

@@ -14,8 +14,9 @@ use crate::auth::Access;
 const SERVICE_PREFIX: &str = "/delayq.v1.DelayQueueService/";
 /// A bound on everything of one push but its body: topic and id (128 bytes
 /// each), subtopic and business key (128 characters each), seven numbers, up
-/// to 100 backoff entries, field tags and lengths.
-pub(crate) const PUSH_FIELDS_BYTES: usize = 4 * 1024;
+/// to 100 backoff entries, up to 64 group names (128 bytes each), field tags
+/// and lengths.
+pub(crate) const PUSH_FIELDS_BYTES: usize = 12 * 1024;
 /// A bound on one entry's tag and length inside a batch.
 const BATCH_ENTRY_FRAMING_BYTES: usize = 8;
 /// The largest request of any method that carries only identifiers and
@@ -118,7 +119,8 @@ pub(crate) fn rules_for(path: &str, limits: &MessageLimits) -> MethodRules {
 }
 
 /// The user methods whose requests carry only identifiers and options.
-const SMALL_METHODS: [&str; 7] = ["Delete", "Pop", "Nack", "Touch", "GetJob", "Stats", "Subscribe"];
+const SMALL_METHODS: [&str; 10] =
+    ["Delete", "Pop", "Nack", "Touch", "GetJob", "Stats", "Subscribe", "DeclareGroup", "DropGroup", "ListGroups"];
 
 #[cfg(test)]
 mod tests {
@@ -179,7 +181,7 @@ mod tests {
             ttl_ms: Some(i64::MAX),
             retry_backoff_ms: vec![i64::MAX; 100],
             replace: true,
-            groups: Vec::new(),
+            groups: vec!["g".repeat(128); delayq_common::push::MAX_PUSH_GROUPS],
         };
         assert!(push.encoded_len() <= LIMITS.push_bytes(), "{}", push.encoded_len());
         let batch = pb::PushBatchRequest { jobs: vec![push; MAX_BATCH_PUSH] };
@@ -188,9 +190,15 @@ mod tests {
             id: "x".repeat(128),
             result: Some("r".repeat(LIMITS.max_result_bytes)),
             attempt: Some(u32::MAX),
+            group: Some("g".repeat(128)),
         };
         assert!(finish.encoded_len() <= LIMITS.finish_bytes());
-        let delete = pb::DeleteRequest { id: "x".repeat(128), topic: "x".repeat(128), biz_key: "😀".repeat(128) };
+        let delete = pb::DeleteRequest {
+            id: "x".repeat(128),
+            topic: "x".repeat(128),
+            biz_key: "😀".repeat(128),
+            group: Some("g".repeat(128)),
+        };
         assert!(delete.encoded_len() <= SMALL_MESSAGE_BYTES);
         assert_eq!(LIMITS.largest_bytes(), LIMITS.push_batch_bytes());
     }

@@ -5,9 +5,10 @@
 //! key held by a live job is `ALREADY_EXISTS`. A body over the size limit is
 //! `INVALID_ARGUMENT` rather than `RESOURCE_EXHAUSTED`: resending it cannot
 //! succeed, and clients treat `RESOURCE_EXHAUSTED` as retryable. Messages are
-//! those of the REST API; internal detail is logged, never returned.
+//! those of the REST API; internal detail is logged, never returned, and a
+//! group's delivery is named by its job and group, never by its own id.
 
-use delayq_common::{ErrorKind, InvalidField, JobId};
+use delayq_common::{ErrorKind, Group, InvalidField, JobId};
 use delayq_queue::QueueError;
 use tonic::{Code, Status};
 
@@ -33,14 +34,34 @@ fn queue_code(error: &QueueError) -> Code {
     }
 }
 
+/// Returns how a message names job `id`: `job X`, or for a group's delivery
+/// `job X in group g`, as REST does.
+fn job_named(id: &JobId) -> String {
+    match id.group_parts() {
+        Some((job, group)) => format!("job {job} in group {group}"),
+        None => format!("job {id}"),
+    }
+}
+
+/// Returns what a client is told of a queue failure.
+fn public_message(error: &QueueError) -> String {
+    match error {
+        QueueError::WrongState { id, state } if id.group_parts().is_some() => format!("{} is {state}", job_named(id)),
+        QueueError::StaleAttempt { id, attempt, current } if id.group_parts().is_some() => {
+            format!("{} is at attempt {current}, not {attempt}", job_named(id))
+        }
+        other => other.public_message(),
+    }
+}
+
 /// Returns the status of a queue failure.
 pub(crate) fn queue_status(error: QueueError) -> Status {
-    Status::new(queue_code(&error), error.public_message())
+    Status::new(queue_code(&error), public_message(&error))
 }
 
 /// Returns the code and message of a queue failure, for one item of a batch.
 pub(crate) fn queue_code_and_message(error: &QueueError) -> (Code, String) {
-    (queue_code(error), error.public_message())
+    (queue_code(error), public_message(error))
 }
 
 /// Returns the status of an invalid field; the message names the field.
@@ -61,10 +82,28 @@ pub(crate) fn of_kind(kind: ErrorKind, message: impl Into<String>) -> Status {
 /// Words a wrong-state refusal of finish, nack and touch as "not reserved", as REST does.
 pub(crate) fn not_reserved(error: QueueError) -> Status {
     match error {
+        QueueError::WrongState { id, state } if id.group_parts().is_some() => {
+            Status::new(Code::FailedPrecondition, format!("{} is {state}, not reserved", job_named(&id)))
+        }
         QueueError::WrongState { id, state } => {
             Status::new(Code::FailedPrecondition, QueueError::not_reserved_message(&id, state))
         }
         other => queue_status(other),
+    }
+}
+
+/// Returns the status of a failed call on `group`'s delivery of a job (the
+/// job itself without a group), else `otherwise`'s. With a group, a conflict
+/// can only mean that the job has no delivery to it: a precondition, like a
+/// wrong state, not an id taken.
+pub(crate) fn delivery_status(
+    error: QueueError,
+    group: Option<&Group>,
+    otherwise: impl FnOnce(QueueError) -> Status,
+) -> Status {
+    match error {
+        QueueError::Conflict(message) if group.is_some() => Status::new(Code::FailedPrecondition, message),
+        other => otherwise(other),
     }
 }
 
@@ -113,6 +152,21 @@ mod tests {
         assert_eq!((wrong.code(), wrong.message()), (Code::FailedPrecondition, "job a is ready"));
         let reworded = not_reserved(QueueError::WrongState { id: id("a"), state: JobState::Delay });
         assert_eq!(reworded.message(), "job a is delay, not reserved");
+    }
+
+    #[test]
+    fn deliveries_are_named_by_their_job_and_group() {
+        let Ok(group) = delayq_common::Group::parse("g") else { panic!("valid group") };
+        let delivery = id("a").for_group(&group);
+        let wrong = queue_status(QueueError::WrongState { id: delivery.clone(), state: JobState::Dead });
+        assert_eq!((wrong.code(), wrong.message()), (Code::FailedPrecondition, "job a in group g is dead"));
+        let reworded = not_reserved(QueueError::WrongState { id: delivery.clone(), state: JobState::Finished });
+        assert_eq!(reworded.message(), "job a in group g is finished, not reserved");
+        let stale = queue_status(QueueError::StaleAttempt { id: delivery, attempt: 1, current: 3 });
+        assert_eq!(stale.message(), "job a in group g is at attempt 3, not 1");
+        let missing = || QueueError::Conflict("job a (finished) has no delivery to group g".into());
+        assert_eq!(delivery_status(missing(), Some(&group), queue_status).code(), Code::FailedPrecondition);
+        assert_eq!(delivery_status(missing(), None, queue_status).code(), Code::AlreadyExists);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use delayq_common::{ConsumerName, JobId, Topic};
+use delayq_common::{ConsumerName, Group, JobId, Topic};
 use delayq_queue::service::MAX_POP_COUNT;
 use delayq_queue::DelayQueue;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
@@ -80,7 +80,8 @@ impl Subscriptions {
         self.holders.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts a stream of `topic` with at most `max_in_flight` unacknowledged jobs.
+    /// Starts a stream of `topic` (of `group`'s deliveries, when given) with at
+    /// most `max_in_flight` unacknowledged jobs.
     ///
     /// # Errors
     /// `UNAVAILABLE` when `max_streams` streams are open already.
@@ -88,6 +89,7 @@ impl Subscriptions {
         self: &Arc<Self>,
         queue: Arc<DelayQueue>,
         topic: Topic,
+        group: Option<Group>,
         consumer: Option<ConsumerName>,
         max_in_flight: usize,
     ) -> Result<ReceiverStream<Result<pb::ReservedJob, Status>>, Status> {
@@ -105,6 +107,7 @@ impl Subscriptions {
             flow,
             queue,
             topic,
+            group,
             consumer,
             max_in_flight,
             sender,
@@ -179,6 +182,8 @@ struct Subscription {
     flow: Arc<Flow>,
     queue: Arc<DelayQueue>,
     topic: Topic,
+    /// The consumer group whose deliveries it streams.
+    group: Option<Group>,
     /// The name the client gave, for the registry of consumers.
     consumer: Option<ConsumerName>,
     max_in_flight: usize,
@@ -221,7 +226,9 @@ impl Subscription {
             let popped = tokio::select! {
                 () = stop.cancelled() => return Err(shutting_down()),
                 () = self.sender.closed() => return Ok(()),
-                popped = self.queue.pop_for(self.consumer.as_ref(), &self.topic, count, RESERVE_WAIT) => popped,
+                popped = self.queue.pop_for(
+                    self.consumer.as_ref(), &self.topic, self.group.as_ref(), count, RESERVE_WAIT,
+                ) => popped,
             };
             for job in popped.map_err(queue_status)? {
                 let deadline = Instant::now() + job.ttr;

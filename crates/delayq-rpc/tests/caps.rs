@@ -17,7 +17,7 @@ use tonic::{Code, Streaming};
 const HELD_BACK: Duration = Duration::from_millis(500);
 
 async fn subscribe(client: &mut DelayQueueServiceClient<Channel>) -> Result<Streaming<pb::ReservedJob>, tonic::Status> {
-    let request = pb::SubscribeRequest { topic: "caps".into(), max_in_flight: Some(1), consumer: None };
+    let request = pb::SubscribeRequest { topic: "caps".into(), max_in_flight: Some(1), consumer: None, group: None };
     client.subscribe(request).await.map(tonic::Response::into_inner)
 }
 

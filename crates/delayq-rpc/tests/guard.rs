@@ -82,7 +82,7 @@ async fn each_method_takes_what_it_can_accept() {
     let server = TestServer::start().await;
     let mut client = server.client().await;
     let huge_push = refusal(client.push(push("t", &"x".repeat(1 << 20))).await);
-    assert_eq!(huge_push, (Code::InvalidArgument, "Push request must be at most 69632 bytes".to_owned()));
+    assert_eq!(huge_push, (Code::InvalidArgument, "Push request must be at most 77824 bytes".to_owned()));
     let big_delete = pb::DeleteRequest { id: "x".repeat(8 * 1024), ..Default::default() };
     assert_eq!(
         refusal(client.delete(big_delete).await),
@@ -90,19 +90,20 @@ async fn each_method_takes_what_it_can_accept() {
     );
 
     client.push(pb::PushRequest { id: Some("j".into()), ..push("t", "b") }).await.expect("push");
-    let popped =
-        client.pop(pb::PopRequest { topic: "t".into(), count: Some(1), timeout_ms: Some(2_000), consumer: None }).await;
+    let popped = client
+        .pop(pb::PopRequest { topic: "t".into(), count: Some(1), timeout_ms: Some(2_000), consumer: None, group: None })
+        .await;
     assert_eq!(popped.expect("pop").into_inner().jobs.len(), 1);
-    let too_long = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(65_537)), attempt: None };
+    let too_long = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(65_537)), attempt: None, group: None };
     let refused = refusal(client.finish(too_long).await);
     assert_eq!(refused, (Code::InvalidArgument, "result must be at most 65536 bytes".to_owned()));
-    let huge = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(1 << 20)), attempt: None };
+    let huge = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(1 << 20)), attempt: None, group: None };
     assert_eq!(
         refusal(client.finish(huge).await),
         (Code::InvalidArgument, "Finish request must be at most 69632 bytes".to_owned())
     );
     // The refused finishes changed nothing: the job is still reserved and can be finished.
-    let longest = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(65_536)), attempt: None };
+    let longest = pb::FinishRequest { id: "j".into(), result: Some("r".repeat(65_536)), attempt: None, group: None };
     client.finish(longest).await.expect("a result of the largest size");
     server.stop().await;
 }

@@ -18,7 +18,8 @@ use tonic::Streaming;
 const TOPIC: &str = "stream";
 
 async fn subscribe(client: &mut DelayQueueServiceClient<Channel>, max_in_flight: i64) -> Streaming<pb::ReservedJob> {
-    let request = pb::SubscribeRequest { topic: TOPIC.into(), max_in_flight: Some(max_in_flight), consumer: None };
+    let request =
+        pb::SubscribeRequest { topic: TOPIC.into(), max_in_flight: Some(max_in_flight), consumer: None, group: None };
     client.subscribe(request).await.expect("subscribe").into_inner()
 }
 
@@ -38,7 +39,7 @@ async fn consume(
         };
         let Some(job) = message.expect("stream stays healthy") else { break };
         let mut finisher = client.clone();
-        let finish = pb::FinishRequest { id: job.id.clone(), result: None, attempt: Some(job.attempt) };
+        let finish = pb::FinishRequest { id: job.id.clone(), result: None, attempt: Some(job.attempt), group: None };
         finishing.spawn(async move { finisher.finish(finish).await.map(|_| ()) });
         received.push(job);
         while let Some(finished) = finishing.try_join_next() {
@@ -122,7 +123,7 @@ async fn flow_control_and_the_jobs_of_a_vanished_subscriber() {
     // One Finish opens one slot.
     let first = held.remove(0);
     client
-        .finish(pb::FinishRequest { id: first.id.clone(), result: None, attempt: Some(first.attempt) })
+        .finish(pb::FinishRequest { id: first.id.clone(), result: None, attempt: Some(first.attempt), group: None })
         .await
         .expect("finish");
     let next = tokio::time::timeout(Duration::from_secs(2), greedy.message()).await;

@@ -13,11 +13,11 @@ fn refusal<T: std::fmt::Debug>(outcome: Result<T, tonic::Status>) -> (Code, Stri
 }
 
 fn pop(topic: &str, count: i64) -> pb::PopRequest {
-    pb::PopRequest { topic: topic.into(), count: Some(count), timeout_ms: Some(2_000), consumer: None }
+    pb::PopRequest { topic: topic.into(), count: Some(count), timeout_ms: Some(2_000), consumer: None, group: None }
 }
 
 fn id_request(id: &str) -> pb::FinishRequest {
-    pb::FinishRequest { id: id.into(), result: None, attempt: None }
+    pb::FinishRequest { id: id.into(), result: None, attempt: None, group: None }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,7 +34,7 @@ async fn push_pop_finish_and_history() {
     assert_eq!((job.id.as_str(), job.topic.as_str(), job.body.as_str()), (pushed.id.as_str(), "orders", "close #1"));
     assert_eq!((job.attempt, job.ttr_ms, job.priority), (1, 30_000, 1));
 
-    let finish = pb::FinishRequest { id: pushed.id.clone(), result: Some("closed".into()), attempt: None };
+    let finish = pb::FinishRequest { id: pushed.id.clone(), result: Some("closed".into()), attempt: None, group: None };
     assert_eq!(client.finish(finish).await.expect("finish").into_inner().id, pushed.id);
 
     let details = client
@@ -64,19 +64,23 @@ async fn nack_touch_delete_and_wrong_states() {
     client.push(delayed).await.expect("push delayed");
     let wrong = refusal(client.finish(id_request("later")).await);
     assert_eq!(wrong, (Code::FailedPrecondition, "job later is delay, not reserved".to_owned()));
-    let touch = refusal(client.touch(pb::TouchRequest { id: "later".into(), attempt: None }).await);
+    let touch = refusal(client.touch(pb::TouchRequest { id: "later".into(), attempt: None, group: None }).await);
     assert_eq!(touch, (Code::FailedPrecondition, "job later is delay, not reserved".to_owned()));
 
     client.push(pb::PushRequest { id: Some("now".into()), ..push("t", "b") }).await.expect("push");
     let popped = client.pop(pop("t", 1)).await.expect("pop").into_inner().jobs;
     assert_eq!(popped[0].id, "now");
-    client.touch(pb::TouchRequest { id: "now".into(), attempt: None }).await.expect("touch");
-    let nacked =
-        client.nack(pb::NackRequest { id: "now".into(), delay_ms: Some(0), attempt: None }).await.expect("nack");
+    client.touch(pb::TouchRequest { id: "now".into(), attempt: None, group: None }).await.expect("touch");
+    let nacked = client
+        .nack(pb::NackRequest { id: "now".into(), delay_ms: Some(0), attempt: None, group: None })
+        .await
+        .expect("nack");
     assert_eq!(nacked.into_inner().state, pb::JobState::Ready as i32);
     let again = client.pop(pop("t", 1)).await.expect("pop").into_inner().jobs;
     assert_eq!((again[0].id.as_str(), again[0].attempt), ("now", 2));
-    let negative = refusal(client.nack(pb::NackRequest { id: "now".into(), delay_ms: Some(-1), attempt: None }).await);
+    let negative = refusal(
+        client.nack(pb::NackRequest { id: "now".into(), delay_ms: Some(-1), attempt: None, group: None }).await,
+    );
     assert_eq!(negative, (Code::InvalidArgument, "delay must be >= 0".to_owned()));
 
     let deleted = client.delete(pb::DeleteRequest { id: "later".into(), ..Default::default() }).await;
@@ -119,7 +123,8 @@ async fn biz_keys_duplicates_and_validation() {
     }
     let bad_count = refusal(client.pop(pop("t", 0)).await);
     assert_eq!(bad_count, (Code::InvalidArgument, "count must be from 1 to 100".to_owned()));
-    let bad_timeout = pb::PopRequest { topic: "t".into(), count: None, timeout_ms: Some(30_001), consumer: None };
+    let bad_timeout =
+        pb::PopRequest { topic: "t".into(), count: None, timeout_ms: Some(30_001), consumer: None, group: None };
     let bad_timeout = refusal(client.pop(bad_timeout).await);
     assert_eq!(bad_timeout, (Code::InvalidArgument, "timeout must be from 0 to 30000".to_owned()));
     let unknown = refusal(client.get_job(pb::GetJobRequest { id: "nope".into(), ..Default::default() }).await);
@@ -194,7 +199,9 @@ async fn tokens_guard_every_call_and_admin_calls() {
     let cleared = client.clear_all(with_token(pb::ClearAllRequest {}, "root-1")).await.expect("admin clear");
     assert_eq!(cleared.into_inner().cleared, 1);
     let subscribe = refusal(
-        client.subscribe(pb::SubscribeRequest { topic: "t".into(), max_in_flight: None, consumer: None }).await,
+        client
+            .subscribe(pb::SubscribeRequest { topic: "t".into(), max_in_flight: None, consumer: None, group: None })
+            .await,
     );
     assert_eq!(subscribe.0, Code::Unauthenticated);
     server.stop().await;
@@ -213,7 +220,7 @@ async fn run_a_delayed_job_now_and_retry_a_dead_one() {
     let once = pb::PushRequest { max_retries: Some(0), ..push("ops", "once") };
     let once = client.push(once).await.expect("push").into_inner();
     assert_eq!(client.pop(pop("ops", 1)).await.expect("pop").into_inner().jobs.len(), 1);
-    let nack = pb::NackRequest { id: once.id.clone(), delay_ms: None, attempt: None };
+    let nack = pb::NackRequest { id: once.id.clone(), delay_ms: None, attempt: None, group: None };
     client.nack(nack).await.expect("nack: out of retries, dead");
     let retry = pb::JobRequest { id: once.id.clone() };
     client.retry_job(retry.clone()).await.expect("retry");
@@ -222,12 +229,12 @@ async fn run_a_delayed_job_now_and_retry_a_dead_one() {
 
     let refused = refusal(client.retry_job(retry).await);
     assert_eq!(refused, (Code::FailedPrecondition, format!("job {} is reserved", once.id)));
-    let again = pb::NackRequest { id: once.id.clone(), delay_ms: None, attempt: None };
+    let again = pb::NackRequest { id: once.id.clone(), delay_ms: None, attempt: None, group: None };
     client.nack(again).await.expect("nack: dead again");
     let topic = || pb::TopicRequest { topic: "ops".into() };
     assert_eq!(client.retry_dead(topic()).await.expect("retry dead").into_inner().count, 1);
     assert_eq!(client.pop(pop("ops", 1)).await.expect("pop").into_inner().jobs.len(), 1);
-    let last = pb::NackRequest { id: once.id.clone(), delay_ms: None, attempt: None };
+    let last = pb::NackRequest { id: once.id.clone(), delay_ms: None, attempt: None, group: None };
     client.nack(last).await.expect("nack: dead once more");
     assert_eq!(client.delete_dead(topic()).await.expect("delete dead").into_inner().count, 1);
     let gone = refusal(client.get_job(pb::GetJobRequest { id: once.id.clone(), ..Default::default() }).await);

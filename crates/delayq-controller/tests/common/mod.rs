@@ -1,6 +1,6 @@
 //! The harness of the controller tests: a real `DelayQueue` (memory scheduler,
-//! SQLite store in a temp dir, timer running) behind `router()`, called with
-//! `oneshot` and no socket.
+//! SQLite store in a temp dir, timer and fan-out running) behind `router()`,
+//! called with `oneshot` and no socket.
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
@@ -11,7 +11,7 @@ use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use delayq_common::Snowflake;
 use delayq_controller::{router, AppState, ControllerConfig};
-use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueSettings};
+use delayq_queue::{run_fan_out, run_timer, DelayQueue, MemoryScheduler, QueueSettings};
 use delayq_store::SqliteStore;
 use http_body_util::BodyExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -25,7 +25,7 @@ pub const USER_TOKEN: &str = "user-secret";
 /// An admin token of [`TestApp::with_auth`].
 pub const ADMIN_TOKEN: &str = "admin-secret";
 
-/// One server under test; the timer stops when it is dropped.
+/// One server under test; the timer and the fan-out stop when it is dropped.
 pub struct TestApp {
     pub router: Router,
     pub queue: Arc<DelayQueue>,
@@ -100,6 +100,7 @@ impl TestApp {
             Arc::new(DelayQueue::new(Arc::new(MemoryScheduler::new()), Arc::new(store), Snowflake::new(1), settings));
         let cancel = CancellationToken::new();
         tokio::spawn(run_timer(queue.clone(), cancel.clone()));
+        tokio::spawn(run_fan_out(queue.clone(), cancel.clone(), || true));
         let mut config = ControllerConfig::new(metrics_handle());
         adjust(&mut config);
         let router = router(wrap(AppState::new(queue.clone(), config)));

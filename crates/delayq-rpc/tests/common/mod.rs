@@ -1,5 +1,5 @@
 //! Starts the gRPC service in-process on 127.0.0.1:0 over a real `DelayQueue`
-//! (memory scheduler, SQLite store in a temp dir, the timer running).
+//! (memory scheduler, SQLite store in a temp dir, the timer and the fan-out running).
 
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::Snowflake;
-use delayq_queue::{run_timer, DelayQueue, MemoryScheduler, QueueSettings};
+use delayq_queue::{run_fan_out, run_timer, DelayQueue, MemoryScheduler, QueueSettings};
 use delayq_rpc::pb::v1::delay_queue_service_client::DelayQueueServiceClient;
 use delayq_rpc::RpcConfig;
 use delayq_store::SqliteStore;
@@ -23,6 +23,7 @@ pub struct TestServer {
     stop: CancellationToken,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     timer: JoinHandle<()>,
+    fan_out: JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
 
@@ -44,11 +45,12 @@ impl TestServer {
         ));
         let stop = CancellationToken::new();
         let timer = tokio::spawn(run_timer(Arc::clone(&queue), stop.clone()));
+        let fan_out = tokio::spawn(run_fan_out(Arc::clone(&queue), stop.clone(), || true));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let shutdown = stop.clone().cancelled_owned();
         let server = tokio::spawn(delayq_rpc::serve(listener, Arc::clone(&queue), config, shutdown));
-        TestServer { addr, queue, stop, server, timer, _dir: dir }
+        TestServer { addr, queue, stop, server, timer, fan_out, _dir: dir }
     }
 
     /// Returns the `http://host:port` of the server.
@@ -75,6 +77,7 @@ impl TestServer {
             .expect("server stops within 10 s of shutdown");
         served.expect("server task").expect("server ends cleanly");
         self.timer.await.expect("timer task");
+        self.fan_out.await.expect("fan-out task");
         self.queue.close().await;
     }
 }
