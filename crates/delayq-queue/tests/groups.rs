@@ -132,6 +132,25 @@ async fn declare(queue: &DelayQueue, topic: &Topic, names: &[&str]) -> Vec<Group
     groups
 }
 
+/// Pushes `count` jobs due 50 ms apart from now; returns each (job, group)
+/// delivery `groups` should receive.
+async fn push_every_50_ms(
+    queue: &DelayQueue,
+    topic: &Topic,
+    stem: &str,
+    count: u64,
+    groups: &[Group],
+) -> Vec<(JobId, Group)> {
+    let stem = delayq_testkit::unique_name(stem);
+    let mut expected = Vec::new();
+    for index in 0..count {
+        let job_id = JobId::parse(format!("{stem}-{index}")).expect("id");
+        queue.push(push(topic, &job_id, Duration::from_millis(index * 50))).await.expect("push");
+        expected.extend(groups.iter().map(|group| (job_id.clone(), group.clone())));
+    }
+    expected
+}
+
 /// Pops one delivery of `group`, waiting for the fan-out.
 async fn pop_one(queue: &DelayQueue, topic: &Topic, group: &Group) -> delayq_common::Job {
     let mut jobs = queue.pop_for(None, topic, Some(group), 1, Duration::from_secs(10)).await.expect("pop");
@@ -150,13 +169,7 @@ async fn each_due_job_reaches_every_group_once_with_consumers_competing_in_each(
         for group in &groups {
             leader.consume(&queue, &topic, group, 3, &received);
         }
-        let stem = delayq_testkit::unique_name("fan");
-        let mut expected = Vec::new();
-        for index in 0..30u64 {
-            let job_id = JobId::parse(format!("{stem}-{index}")).expect("id");
-            queue.push(push(&topic, &job_id, Duration::from_millis(index * 50))).await.expect("push");
-            expected.extend(groups.iter().map(|group| (job_id.clone(), group.clone())));
-        }
+        let expected = push_every_50_ms(&queue, &topic, "fan", 30, &groups).await;
         expect_each_once(name, &received, &expected).await;
 
         let first = &expected[0].0;
@@ -304,13 +317,7 @@ async fn a_redis_emptied_in_the_middle_of_a_fan_out_run_loses_and_duplicates_no_
         for group in &groups {
             leader.consume(&queue, &topic, group, 2, &received);
         }
-        let stem = delayq_testkit::unique_name("flush");
-        let mut expected = Vec::new();
-        for index in 0..60u64 {
-            let job_id = JobId::parse(format!("{stem}-{index}")).expect("id");
-            queue.push(push(&topic, &job_id, Duration::from_millis(index * 50))).await.expect("push");
-            expected.extend(groups.iter().map(|group| (job_id.clone(), group.clone())));
-        }
+        let expected = push_every_50_ms(&queue, &topic, "flush", 60, &groups).await;
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         let halfway = received.lock().expect("lock").len();
         assert!(halfway > 0 && halfway < expected.len(), "{name}: emptied mid-run ({halfway} delivered)");
