@@ -328,3 +328,23 @@ async fn a_redis_emptied_in_the_middle_of_a_fan_out_run_loses_and_duplicates_no_
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_whose_last_group_is_dropped_is_popped_without_a_group_again() {
+    on_every_deployment(|deployment| async move {
+        let name = &deployment.name;
+        let queue = queue_over(&deployment);
+        let topic = unique_topic("dropped");
+        let only = declare(&queue, &topic, &["only"]).await.remove(0);
+        let leader = Leader::start(&queue, false);
+        assert!(queue.drop_group(&topic, &only).await.expect("drop"), "{name}: it was declared");
+        assert!(!queue.drop_group(&topic, &only).await.expect("drop again"), "{name}: it is gone");
+        let job_id = JobId::parse(delayq_testkit::unique_name("dropped")).expect("id");
+        queue.push(push(&topic, &job_id, Duration::ZERO)).await.expect("push");
+        let popped = queue.pop(&topic, 1, Duration::from_secs(5)).await.expect("a plain pop again");
+        assert_eq!(popped.first().map(|job| &job.id), Some(&job_id), "{name}");
+        leader.stop().await;
+        queue.close().await;
+    })
+    .await;
+}

@@ -33,12 +33,24 @@ impl DelayQueue {
     /// When the store or the scheduler fails; the jobs not finished come back
     /// after their ttr and are fanned out again.
     pub async fn fan_out(&self, topic: &Topic, reserved: Vec<Job>) -> QueueResult<usize> {
-        let _id_guard = self.id_locks.lock_all(reserved.iter().map(|job| &job.id)).await;
         let groups = self.groups_of(topic).await;
+        if groups.is_empty() {
+            // Its last group was dropped since the reserve: the jobs go back to
+            // the topic, whose pops take them without a group again.
+            for job in reserved {
+                self.nack(&job.id, Some(job.attempt), Some(Duration::ZERO)).await?;
+            }
+            return Ok(0);
+        }
+        let _id_guard = self.id_locks.lock_all(reserved.iter().map(|job| &job.id)).await;
         let now = Timestamp::now();
         let ids: Vec<JobId> = reserved.iter().map(|job| job.id.clone()).collect();
-        let mut stored: HashMap<JobId, Job> =
-            self.store.get_many(&ids).await?.into_iter().map(|job| (job.id.clone(), job)).collect();
+        // Which deliveries the store holds already (a fan-out cut short) is read
+        // beside the jobs themselves: every one a job could have, one round trip.
+        let possible: Vec<JobId> = ids.iter().flat_map(|id| groups.iter().map(|group| id.for_group(group))).collect();
+        let (jobs, written) = tokio::try_join!(self.store.get_many(&ids), self.store.get_many(&possible))?;
+        let written: HashSet<JobId> = written.into_iter().map(|job| job.id).collect();
+        let mut stored: HashMap<JobId, Job> = jobs.into_iter().map(|job| (job.id.clone(), job)).collect();
         let mut handed = Vec::with_capacity(reserved.len());
         let mut deliveries = Vec::new();
         for held in reserved {
@@ -56,22 +68,20 @@ impl DelayQueue {
             deliveries.extend(groups.iter().filter(named).map(|group| delivery_of(&job, group, now)));
             handed.push(job);
         }
-        let created = self.create_deliveries(deliveries).await?;
+        let created = self.create_deliveries(deliveries, &written).await?;
         self.finish_handed(handed, now).await?;
         Ok(created)
     }
 
-    /// Stores and schedules the deliveries the store does not hold yet, and
-    /// brings back into the scheduler the live ones it holds (written by a
-    /// fan-out cut short); returns how many it created.
-    async fn create_deliveries(&self, deliveries: Vec<Job>) -> QueueResult<usize> {
+    /// Stores and schedules the deliveries the store does not hold yet (not
+    /// among `written`), and brings back into the scheduler the live ones it
+    /// holds (written by a fan-out cut short); returns how many it created.
+    async fn create_deliveries(&self, deliveries: Vec<Job>, written: &HashSet<JobId>) -> QueueResult<usize> {
         if deliveries.is_empty() {
             return Ok(0);
         }
-        let ids: Vec<JobId> = deliveries.iter().map(|delivery| delivery.id.clone()).collect();
-        let stored: HashSet<JobId> = self.store.get_many(&ids).await?.into_iter().map(|job| job.id).collect();
         let (again, fresh): (Vec<Job>, Vec<Job>) =
-            deliveries.into_iter().partition(|delivery| stored.contains(&delivery.id));
+            deliveries.into_iter().partition(|delivery| written.contains(&delivery.id));
         let outcomes = self.store.insert(fresh.clone()).await?;
         let mut inserted = Vec::with_capacity(fresh.len());
         for (delivery, outcome) in fresh.into_iter().zip(outcomes) {
