@@ -9,9 +9,10 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::app::AppState;
-use crate::error::{ok, ApiResult, Envelope};
-use crate::extract::{parse_job_id, ApiPath};
-use crate::params::{JobPath, TopicPath};
+use crate::consumers::group_of;
+use crate::error::{ok, ApiError, ApiResult, Envelope};
+use crate::extract::{parse_job_id, ApiPath, Params};
+use crate::params::{GroupQuery, JobPath, TopicPath};
 use crate::schemas::Refusal;
 use crate::views::PushedView;
 
@@ -20,7 +21,7 @@ use crate::views::PushedView;
     post,
     path = "/jobs/{id}/run",
     tag = "jobs",
-    params(JobPath),
+    params(JobPath, GroupQuery),
     responses(
         (status = 200, description = "due now", body = Envelope<'static, PushedView>),
         (status = 400, description = "an invalid id", body = Refusal),
@@ -29,9 +30,11 @@ use crate::views::PushedView;
         (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
     )
 )]
-pub(crate) async fn run_now(State(state): State<AppState>, ApiPath(id): ApiPath<String>) -> ApiResult {
+pub(crate) async fn run_now(State(state): State<AppState>, ApiPath(id): ApiPath<String>, params: Params) -> ApiResult {
     let id = parse_job_id("id", &id)?;
-    ok(PushedView::from(state.queue.run_now(&id).await?))
+    let group = group_of(&params)?;
+    let queue = &state.queue;
+    ok(PushedView::from(queue.on_delivery(&id, group.as_ref(), |job| async move { queue.run_now(&job).await }).await?))
 }
 
 /// `POST /jobs/{id}/retry`: a dead job is ready again at once, its attempts
@@ -40,7 +43,7 @@ pub(crate) async fn run_now(State(state): State<AppState>, ApiPath(id): ApiPath<
     post,
     path = "/jobs/{id}/retry",
     tag = "jobs",
-    params(JobPath),
+    params(JobPath, GroupQuery),
     responses(
         (status = 200, description = "ready again", body = Envelope<'static, PushedView>),
         (status = 400, description = "an invalid id", body = Refusal),
@@ -50,9 +53,13 @@ pub(crate) async fn run_now(State(state): State<AppState>, ApiPath(id): ApiPath<
         (status = 503, description = "the store or the scheduler is unavailable", body = Refusal),
     )
 )]
-pub(crate) async fn retry(State(state): State<AppState>, ApiPath(id): ApiPath<String>) -> ApiResult {
+pub(crate) async fn retry(State(state): State<AppState>, ApiPath(id): ApiPath<String>, params: Params) -> ApiResult {
     let id = parse_job_id("id", &id)?;
-    ok(PushedView::from(state.queue.retry_dead(&id).await?))
+    let group = group_of(&params)?;
+    let queue = &state.queue;
+    ok(PushedView::from(
+        queue.on_delivery(&id, group.as_ref(), |job| async move { queue.retry_dead(&job).await }).await?,
+    ))
 }
 
 /// `{"retried"}`: how many dead jobs are ready again.
@@ -68,7 +75,7 @@ pub(crate) struct RetriedView {
     post,
     path = "/topics/{topic}/dead/retry",
     tag = "jobs",
-    params(TopicPath),
+    params(TopicPath, GroupQuery),
     responses(
         (status = 200, description = "how many are ready again", body = Envelope<'static, RetriedView>),
         (status = 400, description = "an invalid topic", body = Refusal),
@@ -76,9 +83,21 @@ pub(crate) struct RetriedView {
             stay retried)", body = Refusal),
     )
 )]
-pub(crate) async fn retry_dead_of_topic(State(state): State<AppState>, ApiPath(topic): ApiPath<String>) -> ApiResult {
-    let topic = Topic::parse(topic)?;
+pub(crate) async fn retry_dead_of_topic(
+    State(state): State<AppState>,
+    ApiPath(topic): ApiPath<String>,
+    params: Params,
+) -> ApiResult {
+    let topic = of_group(Topic::parse(topic)?, &params)?;
     ok(RetriedView { retried: state.queue.retry_dead_of_topic(&topic).await? })
+}
+
+/// The topic named, or with `group=` the queue of that group's deliveries.
+fn of_group(topic: Topic, params: &Params) -> Result<Topic, ApiError> {
+    Ok(match group_of(params)? {
+        Some(group) => topic.for_group(&group),
+        None => topic,
+    })
 }
 
 /// `{"topic", "paused"}`: a topic as a pause or resume left it.
@@ -140,7 +159,7 @@ pub(crate) struct DeletedView {
     post,
     path = "/topics/{topic}/dead/delete",
     tag = "jobs",
-    params(TopicPath),
+    params(TopicPath, GroupQuery),
     responses(
         (status = 200, description = "how many are gone", body = Envelope<'static, DeletedView>),
         (status = 400, description = "an invalid topic", body = Refusal),
@@ -148,7 +167,11 @@ pub(crate) struct DeletedView {
             body = Refusal),
     )
 )]
-pub(crate) async fn delete_dead_of_topic(State(state): State<AppState>, ApiPath(topic): ApiPath<String>) -> ApiResult {
-    let topic = Topic::parse(topic)?;
+pub(crate) async fn delete_dead_of_topic(
+    State(state): State<AppState>,
+    ApiPath(topic): ApiPath<String>,
+    params: Params,
+) -> ApiResult {
+    let topic = of_group(Topic::parse(topic)?, &params)?;
     ok(DeletedView { deleted: state.queue.delete_dead_of_topic(&topic).await? })
 }

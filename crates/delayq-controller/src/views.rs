@@ -20,8 +20,10 @@ pub(crate) struct PushedView {
 }
 
 impl From<Pushed> for PushedView {
+    /// A group's delivery (a retried dead one, say) shows as its job's id.
     fn from(pushed: Pushed) -> PushedView {
-        PushedView { id: pushed.id.to_string(), run_at: pushed.run_at.as_millis() }
+        let id = pushed.id.group_parts().map_or(pushed.id, |(job, _)| job);
+        PushedView { id: id.to_string(), run_at: pushed.run_at.as_millis() }
     }
 }
 

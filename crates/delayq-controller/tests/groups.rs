@@ -192,3 +192,26 @@ async fn stats_list_the_groups_and_count_deliveries_by_topic_and_group() {
     assert_eq!(data["topics"]["orders"]["finished"], 1, "{data}");
     assert_no_internal_names(&stats.body);
 }
+
+#[tokio::test]
+async fn a_dead_delivery_is_retried_in_its_group_alone() {
+    let app = TestApp::new().await;
+    declare(&app, "notify", &["mail", "sms"]).await;
+    let id = app.push(json!({"topic": "notify", "body": "hi", "maxRetries": 0})).await;
+    pop_in(&app, "notify", "mail").await;
+    let nacked = app.post(&format!("/nack?jobId={id}&group=mail"), None).await;
+    assert_eq!(nacked.data()["state"], "dead", "{}", nacked.body);
+    app.post(&format!("/jobs/{id}/retry"), None).await.assert_error(StatusCode::CONFLICT, "finished");
+
+    let retried = app.post(&format!("/jobs/{id}/retry?group=mail"), None).await;
+    assert_eq!(retried.status, StatusCode::OK, "{}", retried.body);
+    assert_eq!(retried.data()["id"], id.as_str(), "shown as its job");
+    let again = pop_in(&app, "notify", "mail").await;
+    assert_eq!((again[0]["id"].as_str(), again[0]["attempt"].as_u64()), (Some(id.as_str()), Some(1)));
+    let sms = app.get(&format!("/jobs/{id}?group=sms")).await;
+    assert_eq!(sms.data()["state"], "ready", "sms's delivery never moved: {}", sms.body);
+
+    let dead_topic = app.post("/topics/notify/dead/retry?group=sms", None).await;
+    assert_eq!(dead_topic.data(), &json!({"retried": 0}), "{}", dead_topic.body);
+    app.post("/topics/notify/dead/retry?group=a%20b", None).await.assert_error(StatusCode::BAD_REQUEST, "group");
+}
