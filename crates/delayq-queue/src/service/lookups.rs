@@ -1,0 +1,61 @@
+//! Reads of jobs: by id (with its history and its groups' deliveries), by
+//! business key, and listings.
+
+use super::*;
+
+impl DelayQueue {
+    /// Returns the id of the live job of `topic` with business key `biz_key`.
+    pub async fn resolve_biz_key(&self, topic: &Topic, biz_key: &str) -> QueueResult<JobId> {
+        match self.store.find_live_by_biz_key(topic, biz_key).await? {
+            Some(job) => Ok(job.id),
+            None => Err(QueueError::BizKeyNotFound { topic: topic.clone(), biz_key: biz_key.to_owned() }),
+        }
+    }
+
+    /// Returns a job in any state with the newest [`DEFAULT_HISTORY_LIMIT`] lines of its history.
+    pub async fn get(&self, id: &JobId) -> QueueResult<JobDetails> {
+        self.get_with_history(id, DEFAULT_HISTORY_LIMIT).await
+    }
+
+    /// Returns a job in any state with the newest `history_limit` lines of its
+    /// history (at most [`MAX_HISTORY_LIMIT`]), oldest first.
+    pub async fn get_with_history(&self, id: &JobId, history_limit: usize) -> QueueResult<JobDetails> {
+        let Some(job) = self.store.get(id).await? else {
+            return Err(QueueError::NotFound(id.clone()));
+        };
+        let mut details = self.details_of(job, history_limit).await?;
+        if id.group_parts().is_none() {
+            details.deliveries = self.deliveries(id, history_limit).await?;
+        }
+        Ok(details)
+    }
+
+    /// Returns a stored job with its freshest state and its history.
+    pub(super) async fn details_of(&self, mut job: Job, history_limit: usize) -> QueueResult<JobDetails> {
+        let id = job.id.clone();
+        if job.state.is_live() {
+            // The scheduler is ahead of the background journal.
+            if let Ok(Some(live)) = self.scheduler.get(&id).await {
+                job = job.with_live_state(&live);
+            }
+        }
+        let history = self.store.history(&id, history_limit.min(MAX_HISTORY_LIMIT)).await?;
+        Ok(JobDetails { job, history, deliveries: Vec::new() })
+    }
+
+    /// Lists a topic's jobs in a state, oldest due first.
+    pub async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        cursor: Option<ListCursor>,
+    ) -> QueueResult<JobPage> {
+        self.store.flush().await?;
+        let jobs = self.store.list(topic, state, limit, cursor.as_ref()).await?;
+        let next = (jobs.len() == limit)
+            .then(|| jobs.last().map(|last| ListCursor { run_at: last.run_at, id: last.id.clone() }))
+            .flatten();
+        Ok(JobPage { jobs, next })
+    }
+}
