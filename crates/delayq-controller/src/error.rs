@@ -10,8 +10,6 @@ use serde_json::Value;
 use tracing::error;
 use utoipa::ToSchema;
 
-use crate::views::job_named;
-
 /// The message of every successful response.
 const OK_MESSAGE: &str = "ok";
 
@@ -103,19 +101,8 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
 }
 
 impl From<QueueError> for ApiError {
-    /// Keeps the queue's message, but names a group's delivery as clients know
-    /// it ([`job_named`]) rather than by its own id.
     fn from(error: QueueError) -> ApiError {
-        let message = match &error {
-            QueueError::WrongState { id, state } if id.group_parts().is_some() => {
-                format!("{} is {state}", job_named(id))
-            }
-            QueueError::StaleAttempt { id, attempt, current } if id.group_parts().is_some() => {
-                format!("{} is at attempt {current}, not {attempt}", job_named(id))
-            }
-            _ => error.public_message(),
-        };
-        ApiError::new(error.kind(), message)
+        ApiError::new(error.kind(), error.public_message())
     }
 }
 

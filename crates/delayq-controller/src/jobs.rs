@@ -20,7 +20,7 @@ use crate::params::{
     AttemptQuery, DeleteQuery, FindQuery, GroupQuery, HistoryQuery, JobIdQuery, JobPath, NackQuery, PopQuery,
 };
 use crate::schemas::{BatchBody, FinishBody, PushBody, Refusal};
-use crate::views::{decode_cursor, job_named, IdView, JobView, NackedView, PageView, PoppedJob, PushedView};
+use crate::views::{decode_cursor, IdView, JobView, NackedView, PageView, PoppedJob, PushedView};
 
 /// The default page size of `GET /jobs`.
 const DEFAULT_LIST_LIMIT: u64 = 100;
@@ -388,9 +388,6 @@ pub(crate) async fn find(State(state): State<AppState>, params: Params) -> ApiRe
 /// Words a wrong-state refusal of finish, nack and touch as "not reserved".
 fn not_reserved(error: QueueError) -> ApiError {
     match error {
-        QueueError::WrongState { id, state } if id.group_parts().is_some() => {
-            ApiError::new(ErrorKind::Conflict, format!("{} is {state}, not reserved", job_named(&id)))
-        }
         QueueError::WrongState { id, state } => {
             ApiError::new(ErrorKind::Conflict, QueueError::not_reserved_message(&id, state))
         }

@@ -41,15 +41,6 @@ pub(crate) fn as_shown(job: &mut Job) -> Option<Group> {
     Some(group)
 }
 
-/// Returns how a message names job `id`: `job X`, or for a group's delivery
-/// `job X in group g`, never the delivery's own id.
-pub(crate) fn job_named(id: &JobId) -> String {
-    match id.group_parts() {
-        Some((job, group)) => format!("job {job} in group {group}"),
-        None => format!("job {id}"),
-    }
-}
-
 /// `{"id"}`: the answer to finish, touch, delete and restoreJob; with the
 /// `group` the call named, when it named one.
 #[derive(Serialize, ToSchema)]
@@ -328,6 +319,5 @@ mod tests {
         );
         let Ok(plain) = serde_json::to_value(PoppedJob::from(job)) else { panic!("serializes") };
         assert!(plain.get("group").is_none(), "{plain}");
-        assert_eq!(job_named(&JobId::parse("a").unwrap().for_group(&billing)), "job a in group billing");
     }
 }

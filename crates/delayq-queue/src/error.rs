@@ -25,7 +25,7 @@ pub enum QueueError {
         biz_key: String,
     },
     /// The job is in a state that does not allow the operation.
-    #[error("job {id} is {state}")]
+    #[error("{} is {state}", job_named(id))]
     WrongState {
         /// The job.
         id: JobId,
@@ -33,7 +33,7 @@ pub enum QueueError {
         state: JobState,
     },
     /// A finish, nack or touch named a delivery (`attempt`) that is no longer the job's current one.
-    #[error("job {id} is at attempt {current}, not {attempt}")]
+    #[error("{} is at attempt {current}, not {attempt}", job_named(id))]
     StaleAttempt {
         /// The job.
         id: JobId,
@@ -88,7 +88,7 @@ impl QueueError {
     /// The wording of a finish, nack or touch refused because the job is in
     /// `state`, not reserved.
     pub fn not_reserved_message(id: &JobId, state: JobState) -> String {
-        format!("job {id} is {state}, not reserved")
+        format!("{} is {state}, not reserved", job_named(id))
     }
 
     /// Returns how a caller should classify this failure.
@@ -119,5 +119,31 @@ impl QueueError {
     }
 }
 
+/// Names job `id` in a message as clients know it: `job X`, and a group's
+/// delivery of it ([`JobId::for_group`]) `job X in group g`, never by the
+/// delivery's own id.
+fn job_named(id: &JobId) -> String {
+    match id.group_parts() {
+        Some((job, group)) => format!("job {job} in group {group}"),
+        None => format!("job {id}"),
+    }
+}
+
 /// The result of a queue or scheduler operation.
 pub type QueueResult<T> = Result<T, QueueError>;
+
+#[cfg(test)]
+mod tests {
+    use delayq_common::Group;
+
+    use super::*;
+
+    #[test]
+    fn a_groups_delivery_is_named_by_its_job_and_group() {
+        let (id, billing) = (JobId::parse("a").unwrap(), Group::parse("billing").unwrap());
+        assert_eq!(job_named(&id.for_group(&billing)), "job a in group billing");
+        let wrong = QueueError::WrongState { id: id.for_group(&billing), state: JobState::Dead };
+        assert_eq!(wrong.public_message(), "job a in group billing is dead");
+        assert_eq!(QueueError::not_reserved_message(&id, JobState::Ready), "job a is ready, not reserved");
+    }
+}

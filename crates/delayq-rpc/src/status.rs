@@ -34,34 +34,14 @@ fn queue_code(error: &QueueError) -> Code {
     }
 }
 
-/// Returns how a message names job `id`: `job X`, or for a group's delivery
-/// `job X in group g`, as REST does.
-fn job_named(id: &JobId) -> String {
-    match id.group_parts() {
-        Some((job, group)) => format!("job {job} in group {group}"),
-        None => format!("job {id}"),
-    }
-}
-
-/// Returns what a client is told of a queue failure.
-fn public_message(error: &QueueError) -> String {
-    match error {
-        QueueError::WrongState { id, state } if id.group_parts().is_some() => format!("{} is {state}", job_named(id)),
-        QueueError::StaleAttempt { id, attempt, current } if id.group_parts().is_some() => {
-            format!("{} is at attempt {current}, not {attempt}", job_named(id))
-        }
-        other => other.public_message(),
-    }
-}
-
 /// Returns the status of a queue failure.
 pub(crate) fn queue_status(error: QueueError) -> Status {
-    Status::new(queue_code(&error), public_message(&error))
+    Status::new(queue_code(&error), error.public_message())
 }
 
 /// Returns the code and message of a queue failure, for one item of a batch.
 pub(crate) fn queue_code_and_message(error: &QueueError) -> (Code, String) {
-    (queue_code(error), public_message(error))
+    (queue_code(error), error.public_message())
 }
 
 /// Returns the status of an invalid field; the message names the field.
@@ -82,9 +62,6 @@ pub(crate) fn of_kind(kind: ErrorKind, message: impl Into<String>) -> Status {
 /// Words a wrong-state refusal of finish, nack and touch as "not reserved", as REST does.
 pub(crate) fn not_reserved(error: QueueError) -> Status {
     match error {
-        QueueError::WrongState { id, state } if id.group_parts().is_some() => {
-            Status::new(Code::FailedPrecondition, format!("{} is {state}, not reserved", job_named(&id)))
-        }
         QueueError::WrongState { id, state } => {
             Status::new(Code::FailedPrecondition, QueueError::not_reserved_message(&id, state))
         }

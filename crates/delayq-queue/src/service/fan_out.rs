@@ -17,11 +17,7 @@ impl DelayQueue {
     /// waiting up to `wait` for the first; journals the reservations.
     pub async fn reserve_to_fan_out(&self, topic: &Topic, count: usize, wait: Duration) -> QueueResult<Vec<Job>> {
         self.store.check_journal_room()?;
-        let jobs = self.scheduler.reserve(topic, count.clamp(1, MAX_POP_COUNT), wait).await?;
-        if !jobs.is_empty() {
-            let now = Timestamp::now();
-            self.store.journal(jobs.iter().map(|job| StateChange::of(job, now)).collect());
-        }
+        let (jobs, _) = self.reserve_journaled(topic, count, wait).await?;
         Ok(jobs)
     }
 

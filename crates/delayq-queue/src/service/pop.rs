@@ -31,7 +31,6 @@ impl DelayQueue {
         // A pop journals what it reserves: while the database does not take
         // the journal, refuse rather than let it grow.
         self.store.check_journal_room()?;
-        let count = count.clamp(1, MAX_POP_COUNT);
         let _waiting = if wait.is_zero() {
             None
         } else {
@@ -42,22 +41,37 @@ impl DelayQueue {
         let Some(wait) = self.wait_while_paused(topic, wait.min(MAX_POP_WAIT)).await else {
             return Ok(Vec::new());
         };
-        let jobs = self.scheduler.reserve(&queue, count, wait).await?;
+        let (jobs, now) = self.reserve_journaled(&queue, count, wait).await?;
         if jobs.is_empty() {
             return Ok(jobs);
         }
-        let now = Timestamp::now();
         for job in &jobs {
             queue_metrics::record_delivery(job.run_at, now);
         }
         if let Some(consumer) = &consumer {
             self.consumers.popped(consumer, &jobs, now);
         }
-        self.store.journal(jobs.iter().map(|job| StateChange::of(job, now)).collect());
         if self.scheduler.holds_payloads() {
             Ok(jobs)
         } else {
             self.with_payloads(jobs).await
         }
+    }
+
+    /// Reserves up to `count` ready jobs of `topic`, waiting up to `wait` for
+    /// the first, and journals the reservations; returns them with the instant
+    /// they were journaled at. The caller checked the journal's room.
+    pub(super) async fn reserve_journaled(
+        &self,
+        topic: &Topic,
+        count: usize,
+        wait: Duration,
+    ) -> QueueResult<(Vec<Job>, Timestamp)> {
+        let jobs = self.scheduler.reserve(topic, count.clamp(1, MAX_POP_COUNT), wait).await?;
+        let now = Timestamp::now();
+        if !jobs.is_empty() {
+            self.store.journal(jobs.iter().map(|job| StateChange::of(job, now)).collect());
+        }
+        Ok((jobs, now))
     }
 }
