@@ -137,6 +137,19 @@ impl Job {
         }
     }
 
+    /// Shows a group's delivery as clients know it: takes the id and topic of
+    /// its job and returns its group; a job that is no delivery is left as it
+    /// is (`None`). Deliveries are kept under names no client can give
+    /// ([`JobId::for_group`]), which no answer may show.
+    pub fn show_as_job(&mut self) -> Option<Group> {
+        let (id, group) = self.id.group_parts()?;
+        self.id = id;
+        if let Some((topic, _)) = self.topic.group_parts() {
+            self.topic = topic;
+        }
+        Some(group)
+    }
+
     /// Returns the job with what changes while it is live (its state, attempt,
     /// due time and last change) taken from `live`, the same job as the
     /// scheduler holds it.

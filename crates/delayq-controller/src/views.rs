@@ -27,20 +27,6 @@ impl From<Pushed> for PushedView {
     }
 }
 
-/// Shows a group's delivery as clients know it: the id and topic of its job,
-/// and its group (returned); a job that is no delivery is left as it is.
-///
-/// Deliveries are kept under names no client can give (`JobId::for_group`),
-/// which no answer may show.
-pub(crate) fn as_shown(job: &mut Job) -> Option<Group> {
-    let (id, group) = job.id.group_parts()?;
-    job.id = id;
-    if let Some((topic, _)) = job.topic.group_parts() {
-        job.topic = topic;
-    }
-    Some(group)
-}
-
 /// `{"id"}`: the answer to finish, touch, delete and restoreJob; with the
 /// `group` the call named, when it named one.
 #[derive(Serialize, ToSchema)]
@@ -82,7 +68,7 @@ pub(crate) struct NackedView {
 
 impl From<Job> for NackedView {
     fn from(mut job: Job) -> NackedView {
-        let group = as_shown(&mut job).map(String::from);
+        let group = job.show_as_job().map(String::from);
         NackedView { id: job.id.to_string(), group, run_at: job.run_at.as_millis(), state: job.state }
     }
 }
@@ -117,7 +103,7 @@ pub(crate) struct PoppedJob {
 
 impl From<Job> for PoppedJob {
     fn from(mut job: Job) -> PoppedJob {
-        let group = as_shown(&mut job).map(String::from);
+        let group = job.show_as_job().map(String::from);
         PoppedJob {
             id: job.id.into(),
             topic: job.topic.into(),
@@ -192,7 +178,7 @@ pub(crate) struct ListedJob {
 
 impl From<Job> for ListedJob {
     fn from(mut job: Job) -> ListedJob {
-        let group = as_shown(&mut job).map(String::from);
+        let group = job.show_as_job().map(String::from);
         ListedJob { job, group }
     }
 }

@@ -148,20 +148,9 @@ pub(crate) fn state(state: JobState) -> i32 {
     state as i32
 }
 
-/// Shows a group's delivery as clients know it: the id and topic of its job,
-/// and its group (returned); a job that is no delivery is left as it is.
-fn as_shown(job: &mut Job) -> Option<String> {
-    let (id, group) = job.id.group_parts()?;
-    job.id = id;
-    if let Some((topic, _)) = job.topic.group_parts() {
-        job.topic = topic;
-    }
-    Some(group.into())
-}
-
 /// Returns a job as a consumer receives it: the fields of a REST pop.
 pub(crate) fn reserved_job(mut job: Job) -> pb::ReservedJob {
-    let group = as_shown(&mut job);
+    let group = job.show_as_job().map(String::from);
     pb::ReservedJob {
         id: job.id.into(),
         topic: job.topic.into(),
@@ -178,7 +167,7 @@ pub(crate) fn reserved_job(mut job: Job) -> pb::ReservedJob {
 
 /// Returns a job with every field.
 pub(crate) fn full_job(mut job: Job) -> pb::Job {
-    let group = as_shown(&mut job);
+    let group = job.show_as_job().map(String::from);
     pb::Job {
         id: job.id.into(),
         topic: job.topic.into(),
@@ -204,7 +193,7 @@ pub(crate) fn full_job(mut job: Job) -> pb::Job {
 
 /// Returns the job id and group of a job a nack returned (a group's delivery under its own id).
 pub(crate) fn shown_id(mut job: Job) -> (String, Option<String>) {
-    let group = as_shown(&mut job);
+    let group = job.show_as_job().map(String::from);
     (job.id.into(), group)
 }
 
