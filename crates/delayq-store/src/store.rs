@@ -10,6 +10,9 @@ use crate::identity::StoreId;
 /// A boxed error from a driver, kept as the source of [`StoreError::Unavailable`].
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
+/// The outcome of a write already queued ([`JobStore::insert_queued`]).
+pub type QueuedWrite<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send>>;
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -224,6 +227,13 @@ pub trait JobStore: Send + Sync + 'static {
     /// The outer error when nothing could be written (the database is down);
     /// an inner [`StoreError::IdTaken`] or [`StoreError::BizKeyTaken`] per refused job.
     async fn insert(&self, jobs: Vec<Job>) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+
+    /// [`JobStore::insert`], queued before this call returns: every write
+    /// submitted after it (a journal entry, a record) is applied after the
+    /// insert, in the same commit or a later one. So a caller may make the
+    /// jobs visible elsewhere at once and await the outcome after; a change
+    /// of the jobs made there cannot reach the store before their rows.
+    fn insert_queued(&self, jobs: Vec<Job>) -> QueuedWrite<Vec<Result<(), StoreError>>>;
 
     /// Overwrites the content of a live job (a `replace` push) durably.
     ///

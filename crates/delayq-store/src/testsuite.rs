@@ -81,6 +81,7 @@ macro_rules! store_conformance {
                 check_deliveries_of_a_job,
                 check_longest_delivery_names_round_trip,
                 check_deliveries_are_bounded,
+                check_queued_insert_comes_before_later_writes,
                 check_purge_dead_of_a_topic,
                 check_counts,
                 check_counts_follow_every_change,

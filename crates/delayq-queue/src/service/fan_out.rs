@@ -64,49 +64,85 @@ impl DelayQueue {
             deliveries.extend(groups.iter().filter(named).map(|group| delivery_of(&job, group, now)));
             handed.push(job);
         }
-        let created = self.create_deliveries(deliveries, &written).await?;
+        // Those the store holds already were written by a fan-out cut short.
+        let (again, fresh): (Vec<Job>, Vec<Job>) =
+            deliveries.into_iter().partition(|delivery| written.contains(&delivery.id));
+        self.bring_back(again).await?;
+        // A restore does not fall between the scheduler's and the store's
+        // writes of the deliveries, nor between the job's finish in each.
+        let _transition = self.transitions.read().await;
+        let created = self.create_deliveries(fresh).await?;
         self.finish_handed(handed, now).await?;
         Ok(created)
     }
 
-    /// Stores and schedules the deliveries the store does not hold yet (not
-    /// among `written`), and brings back into the scheduler the live ones it
-    /// holds (written by a fan-out cut short); returns how many it created.
-    async fn create_deliveries(&self, deliveries: Vec<Job>, written: &HashSet<JobId>) -> QueueResult<usize> {
-        if deliveries.is_empty() {
-            return Ok(0);
-        }
-        let (again, fresh): (Vec<Job>, Vec<Job>) =
-            deliveries.into_iter().partition(|delivery| written.contains(&delivery.id));
-        let outcomes = self.store.insert(fresh.clone()).await?;
-        let mut inserted = Vec::with_capacity(fresh.len());
-        for (delivery, outcome) in fresh.into_iter().zip(outcomes) {
-            match outcome {
-                Ok(()) => inserted.push(delivery),
-                Err(refused) => warn!(job_id = %delivery.id, error = %refused, "a group's delivery was refused"),
-            }
-        }
-        for scheduled in self.scheduler.schedule_batch(&inserted).await? {
-            match scheduled {
-                Ok(()) | Err(QueueError::Conflict(_)) => {}
-                Err(error) => return Err(error),
-            }
-        }
+    /// Brings back into the scheduler the deliveries a fan-out cut short
+    /// wrote that are still live.
+    async fn bring_back(&self, again: Vec<Job>) -> QueueResult<()> {
         for delivery in again {
             match self.restore_job(&delivery.id).await {
                 Ok(_) | Err(QueueError::WrongState { .. } | QueueError::NotFound(_)) => {}
                 Err(error) => return Err(error),
             }
         }
-        Ok(inserted.len())
+        Ok(())
     }
 
-    /// Finishes the jobs whose deliveries exist now: in the store, then in the scheduler.
+    /// Stores and schedules new deliveries; returns how many it created. The
+    /// caller holds [`DelayQueue::transitions`].
+    ///
+    /// The store's insert is queued first and awaited after the scheduler has
+    /// the deliveries, so a consumer may take one while its row commits: what
+    /// the consumer then changes (the pop's journal, an ack) is queued after
+    /// the insert and commits with it or after it ([`JobStore::insert_queued`]).
+    /// A scheduler that holds no payloads has its pops read them from the
+    /// store: they wait on the deliveries' payload locks until the rows are in.
+    /// Should the insert fail, the deliveries leave the scheduler again, and
+    /// the job, not finished, is fanned out again after its ttr.
+    async fn create_deliveries(&self, fresh: Vec<Job>) -> QueueResult<usize> {
+        if fresh.is_empty() {
+            return Ok(0);
+        }
+        let fresh_ids: Vec<JobId> = fresh.iter().map(|delivery| delivery.id.clone()).collect();
+        let _payloads =
+            if self.scheduler.holds_payloads() { None } else { Some(self.payload_locks.lock_all(&fresh_ids).await) };
+        let insert = self.store.insert_queued(fresh.clone());
+        let scheduled = self.scheduler.schedule_batch(&fresh).await;
+        let outcomes = match insert.await {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                if let Err(left) = self.scheduler.delete_batch(&fresh_ids).await {
+                    warn!(
+                        error = &left as &dyn std::error::Error,
+                        "deliveries whose rows were not written stay scheduled"
+                    );
+                }
+                return Err(error.into());
+            }
+        };
+        let mut created = 0;
+        for (delivery, outcome) in fresh.iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => created += 1,
+                // Another fan-out of the job wrote it: its row stands.
+                Err(refused) => warn!(job_id = %delivery.id, error = %refused, "a group's delivery was refused"),
+            }
+        }
+        for outcome in scheduled? {
+            match outcome {
+                Ok(()) | Err(QueueError::Conflict(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(created)
+    }
+
+    /// Finishes the jobs whose deliveries exist now: in the store, then in the
+    /// scheduler. The caller holds [`DelayQueue::transitions`].
     async fn finish_handed(&self, handed: Vec<Job>, now: Timestamp) -> QueueResult<()> {
         if handed.is_empty() {
             return Ok(());
         }
-        let _transition = self.transitions.read().await;
         let changes = handed
             .iter()
             .map(|job| {

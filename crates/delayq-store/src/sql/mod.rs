@@ -20,7 +20,9 @@ use self::reads::{JobsRead, Reads};
 use crate::identity::StoreId;
 use crate::options::StoreOptions;
 use crate::retention::RetentionTask;
-use crate::store::{DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount, StoreError, MAX_DELIVERIES};
+use crate::store::{
+    DueCursor, JobStore, ListCursor, LogEntry, QueuedWrite, StateChange, StateCount, StoreError, MAX_DELIVERIES,
+};
 use crate::writer::{BatchDialect, GroupCommitWriter, InsertOutcomes, PurgeOf};
 
 /// The parts of a store over SQL: its identity, its reads, the writer and the
@@ -81,6 +83,10 @@ impl<S: OverSql> JobStore for S {
 
     async fn insert(&self, jobs: Vec<Job>) -> Result<InsertOutcomes, StoreError> {
         self.sql().writer.insert(jobs).await
+    }
+
+    fn insert_queued(&self, jobs: Vec<Job>) -> QueuedWrite<InsertOutcomes> {
+        Box::pin(self.sql().writer.insert_queued(jobs))
     }
 
     async fn replace(&self, job: Job) -> Result<(), StoreError> {

@@ -3,6 +3,7 @@
 
 use std::slice;
 use std::sync::Arc;
+use std::time::Duration;
 
 use delayq_common::name::MAX_NAME_LEN;
 use delayq_common::{Group, Job, JobId, JobState, Timestamp, Topic};
@@ -233,4 +234,27 @@ pub async fn check_deliveries_are_bounded(store: Arc<dyn JobStore>) {
     deliveries.sort_by(|x, y| x.id.cmp(&y.id));
     let read = store.deliveries_of(&job.id).await.expect("deliveries_of");
     assert_eq!(ids(&read), ids(&deliveries[..MAX_DELIVERIES]));
+}
+
+/// An insert queued ([`JobStore::insert_queued`]) is applied before every
+/// write submitted after the call, though nobody awaited it yet: a delivery
+/// handed out while its row commits, then popped and acked, has its row
+/// before its changes.
+pub async fn check_queued_insert_comes_before_later_writes(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("queued");
+    let job = sample_job(&unique_name("queued"), &topic);
+    let t0 = Timestamp::now();
+    let insert = store.insert_queued(vec![job.clone()]);
+    store.journal(vec![change(&job, JobState::Reserved, t0)]);
+    store.record(vec![change(&job, JobState::Finished, t0.plus(Duration::from_millis(1)))]).await.expect("record");
+    let outcomes = insert.await.expect("the queued insert");
+    assert!(matches!(outcomes.as_slice(), [Ok(())]), "the insert was taken: {outcomes:?}");
+    assert_eq!(get_ok(&*store, &job.id).await.state, JobState::Finished, "the later changes applied to the row");
+    assert_eq!(
+        history_states(&*store, &job.id).await,
+        [job.state, JobState::Reserved, JobState::Finished],
+        "the row, then the changes queued after it"
+    );
+    let nothing = store.insert_queued(Vec::new()).await.expect("an empty insert");
+    assert!(nothing.is_empty());
 }

@@ -347,6 +347,20 @@ impl GroupCommitWriter {
         self.call(|reply| Write::Insert { jobs, reply }).await
     }
 
+    /// [`GroupCommitWriter::insert`], sent to the task before it returns.
+    pub(crate) fn insert_queued(
+        &self,
+        jobs: Vec<Job>,
+    ) -> impl Future<Output = Result<InsertOutcomes, StoreError>> + Send + 'static {
+        let answer = (!jobs.is_empty()).then(|| self.submit(|reply| Write::Insert { jobs, reply }));
+        async move {
+            match answer {
+                Some(answer) => answer.await,
+                None => Ok(Vec::new()),
+            }
+        }
+    }
+
     pub(crate) async fn replace(&self, job: Job) -> Result<(), StoreError> {
         self.call(|reply| Write::Replace { job: Box::new(job), reply }).await
     }
@@ -393,10 +407,24 @@ impl GroupCommitWriter {
         }
     }
 
-    async fn call<T>(&self, write: impl FnOnce(Reply<T>) -> Write) -> Result<T, StoreError> {
+    async fn call<T: Send + 'static>(&self, write: impl FnOnce(Reply<T>) -> Write) -> Result<T, StoreError> {
+        self.submit(write).await
+    }
+
+    /// Sends a write to the task now; the future answers when it is done.
+    fn submit<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(Reply<T>) -> Write,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (reply, answer) = oneshot::channel();
-        self.sender.send(write(reply)).map_err(|_| closed(self.backend))?;
-        answer.await.map_err(|_| closed(self.backend))?
+        let backend = self.backend;
+        let sent = self.sender.send(write(reply)).is_ok();
+        async move {
+            if !sent {
+                return Err(closed(backend));
+            }
+            answer.await.map_err(|_| closed(backend))?
+        }
     }
 }
 
