@@ -21,7 +21,7 @@ const EXACT_CHUNKS_UP_TO: usize = 64;
 pub(super) const CHUNK_SIZES: [usize; EXACT_CHUNKS_UP_TO + 2] = chunk_sizes();
 /// Statements the writer's connection keeps prepared: every size of each
 /// multi-row statement, and the few others.
-pub(super) const WRITER_STATEMENT_CACHE: usize = 4 * CHUNK_SIZES.len() + 64;
+pub(super) const WRITER_STATEMENT_CACHE: usize = 5 * CHUNK_SIZES.len() + 64;
 
 #[allow(clippy::indexing_slicing, reason = "constant evaluation: an index out of bounds fails the build")]
 const fn chunk_sizes() -> [usize; EXACT_CHUNKS_UP_TO + 2] {

@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 use delayq_common::{JobId, JobState};
 use sqlx::mysql::MySqlConnection;
 
+use super::chunks::fixed_chunks;
 use super::connection::within;
-use crate::sql::binds::in_list;
+use crate::sql::binds::{in_list, multi_row_values};
 use crate::sql::rows::Text;
 
 /// The writer's connection during a batch, with the batch's changes to the ended counts.
@@ -71,12 +72,19 @@ impl MysqlTx {
         Ok(())
     }
 
-    /// Writes the batch's changes to the ended counts (before `COMMIT`).
+    /// Writes the batch's changes to the ended counts (before `COMMIT`), as
+    /// multi-row upserts: a batch that ends jobs of many topics (a topic's
+    /// consumer groups count under topics of their own) pays one round trip,
+    /// not one per topic and status. Rows go in (topic, status) order.
     pub(super) async fn write_counts(&mut self) -> Result<(), sqlx::Error> {
         self.resolve_ended().await?;
-        let deltas = std::mem::take(&mut self.deltas);
-        for ((topic, status), delta) in deltas.into_iter().filter(|(_, delta)| *delta != 0) {
-            let upsert = sqlx::query(UPSERT_COUNT).bind(topic).bind(status).bind(delta);
+        let deltas: Vec<((String, &'static str), i64)> =
+            std::mem::take(&mut self.deltas).into_iter().filter(|(_, delta)| *delta != 0).collect();
+        for (_, chunk) in fixed_chunks(&deltas) {
+            let sql = upsert_counts(chunk.len());
+            let upsert = chunk.iter().fold(sqlx::query(&sql), |upsert, ((topic, status), delta)| {
+                upsert.bind(topic.as_str()).bind(*status).bind(*delta)
+            });
             within(upsert.execute(&mut self.connection)).await?;
         }
         Ok(())
@@ -86,5 +94,20 @@ impl MysqlTx {
 /// Ids per lookup statement.
 const LOOKUPS_PER_STATEMENT: usize = 1_000;
 
-const UPSERT_COUNT: &str = "INSERT INTO job_ended_count (topic, status, jobs) VALUES (?, ?, ?) \
-                            ON DUPLICATE KEY UPDATE jobs = jobs + VALUES(jobs)";
+/// The upsert of `rows` changes to the ended counts, each bound as topic, status, delta.
+fn upsert_counts(rows: usize) -> String {
+    format!(
+        "{} ON DUPLICATE KEY UPDATE jobs = jobs + VALUES(jobs)",
+        multi_row_values("INSERT INTO job_ended_count (topic, status, jobs) VALUES ", 3, rows)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_count_upsert_takes_three_values_per_row() {
+        let sql = super::upsert_counts(4);
+        assert_eq!(sql.matches('?').count(), 12);
+        assert!(sql.ends_with("ON DUPLICATE KEY UPDATE jobs = jobs + VALUES(jobs)"));
+    }
+}
