@@ -242,6 +242,19 @@ pub trait JobStore: Send + Sync + 'static {
     /// [`StoreError::BizKeyTaken`] when the new business key is held by another live job.
     async fn replace(&self, job: Job) -> Result<(), StoreError>;
 
+    /// Inserts new jobs in the background, held like journal entries and
+    /// counted in the journal's backlog: for jobs delayq makes itself (a
+    /// consumer group's deliveries), never for a push somebody waits for. A
+    /// job refused (a live job holds its id) is logged and left out.
+    ///
+    /// Writes submitted after this call apply after the insert. The state
+    /// changes of a job that reach the writer while its insert is still held
+    /// may be written with it: the row is inserted as they leave it, with the
+    /// same history. A write of job `X` takes along the held inserts of its
+    /// deliveries `X/<group>`, so a job's end journaled after its deliveries
+    /// never commits before them.
+    fn journal_insert(&self, jobs: Vec<Job>);
+
     /// Records state changes durably; returns once they are committed.
     async fn record(&self, changes: Vec<StateChange>) -> Result<(), StoreError>;
 

@@ -82,6 +82,7 @@ macro_rules! store_conformance {
                 check_longest_delivery_names_round_trip,
                 check_deliveries_are_bounded,
                 check_queued_insert_comes_before_later_writes,
+                check_journaled_insert_takes_its_changes_along,
                 check_purge_dead_of_a_topic,
                 check_counts,
                 check_counts_follow_every_change,

@@ -71,8 +71,15 @@ impl DelayQueue {
         // A restore does not fall between the scheduler's and the store's
         // writes of the deliveries, nor between the job's finish in each.
         let _transition = self.transitions.read().await;
-        let created = self.create_deliveries(fresh).await?;
-        self.finish_handed(handed, now).await?;
+        let created = if self.scheduler.holds_payloads() {
+            let created = self.journal_deliveries(fresh).await?;
+            self.finish_handed(handed, now, Commit::Journaled).await?;
+            created
+        } else {
+            let created = self.create_deliveries(fresh).await?;
+            self.finish_handed(handed, now, Commit::Awaited).await?;
+            created
+        };
         Ok(created)
     }
 
@@ -88,8 +95,34 @@ impl DelayQueue {
         Ok(())
     }
 
-    /// Stores and schedules new deliveries; returns how many it created. The
-    /// caller holds [`DelayQueue::transitions`].
+    /// Journals the insert of new deliveries and schedules them, for a
+    /// scheduler that holds their payloads; returns how many. The caller holds
+    /// [`DelayQueue::transitions`] and journals the jobs' end after this.
+    ///
+    /// Nobody waits for a delivery's row: it is held in the journal until the
+    /// delivery's ack (or the hold's end) and written with the changes that
+    /// reached it by then ([`JobStore::journal_insert`]), usually one insert
+    /// of a finished row instead of an insert and two moves. The job's end,
+    /// journaled after, never commits before its deliveries, so a crash loses
+    /// neither: it only brings the job back, fanned out again, and a delivery
+    /// whose ack had committed is not made twice.
+    async fn journal_deliveries(&self, fresh: Vec<Job>) -> QueueResult<usize> {
+        if fresh.is_empty() {
+            return Ok(0);
+        }
+        self.store.journal_insert(fresh.clone());
+        for outcome in self.scheduler.schedule_batch(&fresh).await? {
+            match outcome {
+                Ok(()) | Err(QueueError::Conflict(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(fresh.len())
+    }
+
+    /// Stores and schedules new deliveries, for a scheduler whose pops read
+    /// the payloads from the store; returns how many it created. The caller
+    /// holds [`DelayQueue::transitions`].
     ///
     /// The store's insert is queued first and awaited after the scheduler has
     /// the deliveries, so a consumer may take one while its row commits: what
@@ -137,9 +170,9 @@ impl DelayQueue {
         Ok(created)
     }
 
-    /// Finishes the jobs whose deliveries exist now: in the store, then in the
-    /// scheduler. The caller holds [`DelayQueue::transitions`].
-    async fn finish_handed(&self, handed: Vec<Job>, now: Timestamp) -> QueueResult<()> {
+    /// Finishes the jobs whose deliveries exist now: in the store (`commit`),
+    /// then in the scheduler. The caller holds [`DelayQueue::transitions`].
+    async fn finish_handed(&self, handed: Vec<Job>, now: Timestamp, commit: Commit) -> QueueResult<()> {
         if handed.is_empty() {
             return Ok(());
         }
@@ -150,7 +183,10 @@ impl DelayQueue {
                 StateChange::of(&finished, now)
             })
             .collect();
-        self.store.record(changes).await?;
+        match commit {
+            Commit::Awaited => self.store.record(changes).await?,
+            Commit::Journaled => self.store.journal(changes),
+        }
         for job in &handed {
             match self.scheduler.finish(&job.id, Some(job.attempt)).await {
                 // Deleted meanwhile, or its ttr ran out and it is fanned out again
@@ -163,6 +199,15 @@ impl DelayQueue {
         queue_metrics::record_fan_out(handed.len());
         Ok(())
     }
+}
+
+/// How a fan-out writes the end of the jobs it handed out.
+#[derive(Clone, Copy)]
+enum Commit {
+    /// Committed before the scheduler finishes them: their deliveries were committed first.
+    Awaited,
+    /// Journaled behind their deliveries' journaled inserts.
+    Journaled,
 }
 
 /// Returns `group`'s delivery of `job`, due when the job was, created at `now`.

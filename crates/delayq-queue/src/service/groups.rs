@@ -133,6 +133,8 @@ impl DelayQueue {
 
     /// Cancels every live group's delivery of job `id`; returns how many.
     pub(super) async fn delete_deliveries(&self, id: &JobId) -> QueueResult<u64> {
+        // A fan-out journals the rows of the deliveries it makes.
+        self.store.flush().await?;
         let mut deleted = 0;
         for delivery in self.store.deliveries_of(id).await? {
             if !delivery.state.is_live() {

@@ -20,11 +20,22 @@ impl DelayQueue {
     /// Returns a job in any state with the newest `history_limit` lines of its
     /// history (at most [`MAX_HISTORY_LIMIT`]), oldest first.
     pub async fn get_with_history(&self, id: &JobId, history_limit: usize) -> QueueResult<JobDetails> {
-        let Some(job) = self.store.get(id).await? else {
-            return Err(QueueError::NotFound(id.clone()));
+        let job = match self.store.get(id).await? {
+            Some(job) => job,
+            // A fan-out journals the rows of the deliveries it makes.
+            None if id.group_parts().is_some() => {
+                self.store.flush().await?;
+                self.store.get(id).await?.ok_or_else(|| QueueError::NotFound(id.clone()))?
+            }
+            None => return Err(QueueError::NotFound(id.clone())),
         };
+        let of_groups = id.group_parts().is_none() && self.groups().await.contains_key(&job.topic);
         let mut details = self.details_of(job, history_limit).await?;
         if id.group_parts().is_none() {
+            if of_groups {
+                // Its deliveries' rows may still be in the journal.
+                self.store.flush().await?;
+            }
             details.deliveries = self.deliveries(id, history_limit).await?;
         }
         Ok(details)

@@ -97,6 +97,10 @@ impl<S: OverSql> JobStore for S {
         self.sql().writer.record(changes).await
     }
 
+    fn journal_insert(&self, jobs: Vec<Job>) {
+        self.sql().writer.journal_insert(jobs);
+    }
+
     fn journal(&self, changes: Vec<StateChange>) {
         self.sql().writer.journal(changes);
     }

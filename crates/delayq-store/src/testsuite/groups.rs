@@ -258,3 +258,45 @@ pub async fn check_queued_insert_comes_before_later_writes(store: Arc<dyn JobSto
     let nothing = store.insert_queued(Vec::new()).await.expect("an empty insert");
     assert!(nothing.is_empty());
 }
+
+/// A journaled insert ([`JobStore::journal_insert`]) is written with the
+/// changes that reach the store while it is held, leaving the row and its
+/// history as writing them one by one would; a write of the job takes its
+/// deliveries' held inserts along; a refused one leaves the live row, which
+/// takes the changes.
+pub async fn check_journaled_insert_takes_its_changes_along(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("journaled");
+    let job = sample_job(&unique_name("journaled"), &topic);
+    insert_ok(&*store, &job).await;
+    let mut copy = delivery(&job, &group("g"));
+    copy.state = JobState::Ready;
+    let t0 = Timestamp::now();
+    let at = |ms: u64| t0.plus(Duration::from_millis(ms));
+    store.journal_insert(vec![copy.clone()]);
+    store.journal(vec![change(&copy, JobState::Reserved, at(1))]);
+    store.journal(vec![change(&job, JobState::Finished, at(2))]);
+    store.record(vec![change(&copy, JobState::Finished, at(3))]).await.expect("the ack");
+    let stored = get_ok(&*store, &copy.id).await;
+    assert_eq!((stored.state, stored.updated_at), (JobState::Finished, at(3)), "the ack committed the row with it");
+    assert_eq!(stored.body, copy.body);
+    assert_eq!(history_states(&*store, &copy.id).await, [JobState::Ready, JobState::Reserved, JobState::Finished]);
+    assert!(counts_of(&*store, &copy.topic).await.contains(&(JobState::Finished, 1)), "the ended row is counted");
+    store.flush().await.expect("flush");
+    assert_eq!(get_ok(&*store, &job.id).await.state, JobState::Finished, "the job's end, journaled after");
+
+    let other = sample_job(&unique_name("journaled-other"), &topic);
+    insert_ok(&*store, &other).await;
+    let second = delivery(&other, &group("g"));
+    store.journal_insert(vec![second.clone()]);
+    store.record(vec![change(&other, JobState::Ready, at(4))]).await.expect("a write of the job");
+    assert!(store.get(&second.id).await.expect("get").is_some(), "the job's write took its delivery along");
+
+    let live = sample_job(&unique_name("journaled-live"), &topic);
+    insert_ok(&*store, &live).await;
+    let clash = Job { body: "another body".to_owned(), ..live.clone() };
+    store.journal_insert(vec![clash]);
+    store.record(vec![change(&live, JobState::Ready, at(5))]).await.expect("record");
+    let stored = get_ok(&*store, &live.id).await;
+    assert_eq!((stored.state, stored.body), (JobState::Ready, live.body), "the live row stays and takes the change");
+    assert_eq!(history_states(&*store, &live.id).await, [live.state, JobState::Ready]);
+}

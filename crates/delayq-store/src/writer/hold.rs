@@ -23,7 +23,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
-use delayq_common::JobId;
+use delayq_common::{Job, JobId};
 use tokio::time::Instant;
 
 use super::task::Write;
@@ -37,10 +37,27 @@ use crate::store::StateChange;
 /// ack, until the acks fall behind.
 pub(super) const JOURNAL_HOLD: Duration = Duration::from_millis(100);
 
+/// One journal entry held back.
+enum Entry {
+    /// A state change.
+    Change(StateChange),
+    /// A job of a journaled insert (a group's delivery, see [`super::fold`]).
+    Insert(Job),
+}
+
+impl Entry {
+    fn id(&self) -> &JobId {
+        match self {
+            Entry::Change(change) => &change.id,
+            Entry::Insert(job) => &job.id,
+        }
+    }
+}
+
 /// The journal entries held back, oldest first.
 #[derive(Default)]
 pub(super) struct Held {
-    entries: VecDeque<(Instant, StateChange)>,
+    entries: VecDeque<(Instant, Entry)>,
 }
 
 impl Held {
@@ -49,16 +66,19 @@ impl Held {
         self.entries.front().map(|(since, _)| *since + JOURNAL_HOLD)
     }
 
-    /// Every held entry, as one journal write.
-    pub(super) fn take_all(&mut self) -> Option<Write> {
-        let changes: Vec<StateChange> = self.entries.drain(..).map(|(_, change)| change).collect();
-        journal(changes)
+    /// Every held entry, as journal writes in order.
+    pub(super) fn take_all(&mut self) -> Vec<Write> {
+        journal(self.entries.drain(..).map(|(_, entry)| entry))
     }
 
     /// Returns what commits now, in order: `retained` (a failed batch's journal
     /// entries, retried) and the held entries that are due or whose job `fresh`
     /// writes, then `fresh` less the journal entries that wait. `closing` takes
     /// everything.
+    ///
+    /// A write of a job also takes along the held entries of its groups'
+    /// deliveries: the fan-out journals a job's end after the inserts of its
+    /// deliveries, and they must not commit after it.
     pub(super) fn release(
         &mut self,
         retained: Vec<Write>,
@@ -79,7 +99,7 @@ impl Held {
             out.extend(fresh);
             return out;
         }
-        let journaled = fresh.iter().any(|write| matches!(write, Write::Record { reply: None, .. }));
+        let journaled = fresh.iter().any(|write| write.journaled() > 0);
         if self.entries.is_empty() && !journaled {
             // Nothing held and nothing new that could wait: a batch of pushes
             // and acks goes as it came, without gathering the ids it writes.
@@ -91,36 +111,49 @@ impl Held {
                 Write::Record { changes, reply: Some(_) } => {
                     awaited.extend(changes.iter().map(|change| change.id.clone()));
                 }
-                Write::Insert { jobs, .. } => awaited.extend(jobs.iter().map(|job| job.id.clone())),
+                Write::Insert { jobs, reply: Some(_) } => awaited.extend(jobs.iter().map(|job| job.id.clone())),
                 Write::Replace { job, .. } => {
                     awaited.insert(job.id.clone());
                 }
                 _ => {}
             }
         }
-        let (due, kept): (VecDeque<_>, VecDeque<_>) = self
-            .entries
-            .drain(..)
-            .partition(|(since, change)| *since + JOURNAL_HOLD <= now || awaited.contains(&change.id));
+        let is_awaited =
+            |id: &JobId| awaited.contains(id) || id.group_parts().is_some_and(|(of, _)| awaited.contains(&of));
+        let (due, kept): (VecDeque<_>, VecDeque<_>) =
+            self.entries.drain(..).partition(|(since, entry)| *since + JOURNAL_HOLD <= now || is_awaited(entry.id()));
         self.entries = kept;
-        out.extend(journal(due.into_iter().map(|(_, change)| change).collect()));
+        out.extend(journal(due.into_iter().map(|(_, entry)| entry)));
         for write in fresh {
-            match write {
-                Write::Record { changes, reply: None } => {
-                    let (now_changes, later): (Vec<_>, Vec<_>) =
-                        changes.into_iter().partition(|change| awaited.contains(&change.id));
-                    self.entries.extend(later.into_iter().map(|change| (now, change)));
-                    out.extend(journal(now_changes));
+            let entries: Vec<Entry> = match write {
+                Write::Record { changes, reply: None } => changes.into_iter().map(Entry::Change).collect(),
+                Write::Insert { jobs, reply: None } => jobs.into_iter().map(Entry::Insert).collect(),
+                write => {
+                    out.push(write);
+                    continue;
                 }
-                write => out.push(write),
-            }
+            };
+            let (now_entries, later): (Vec<_>, Vec<_>) = entries.into_iter().partition(|entry| is_awaited(entry.id()));
+            self.entries.extend(later.into_iter().map(|entry| (now, entry)));
+            out.extend(journal(now_entries));
         }
         out
     }
 }
 
-fn journal(changes: Vec<StateChange>) -> Option<Write> {
-    (!changes.is_empty()).then_some(Write::Record { changes, reply: None })
+/// Journal writes of `entries`, in order: each run of state changes one
+/// write, each run of inserted jobs another.
+fn journal(entries: impl IntoIterator<Item = Entry>) -> Vec<Write> {
+    let mut writes: Vec<Write> = Vec::new();
+    for entry in entries {
+        match (writes.last_mut(), entry) {
+            (Some(Write::Record { changes, reply: None }), Entry::Change(change)) => changes.push(change),
+            (Some(Write::Insert { jobs, reply: None }), Entry::Insert(job)) => jobs.push(job),
+            (_, Entry::Change(change)) => writes.push(Write::Record { changes: vec![change], reply: None }),
+            (_, Entry::Insert(job)) => writes.push(Write::Insert { jobs: vec![job], reply: None }),
+        }
+    }
+    writes
 }
 
 #[cfg(test)]
@@ -220,7 +253,7 @@ mod tests {
         let topic = Topic::parse("t".to_owned()).expect("a valid topic");
 
         let (reply, _answer) = oneshot::channel();
-        let insert = Write::Insert { jobs: vec![sample_job("a", &topic)], reply };
+        let insert = Write::Insert { jobs: vec![sample_job("a", &topic)], reply: Some(reply) };
         let out = held.release(Vec::new(), vec![insert], false, t0);
         assert_eq!(
             shape(&out),
@@ -233,6 +266,30 @@ mod tests {
         let out = held.release(Vec::new(), vec![replace], false, t0);
         assert_eq!(shape(&out), [Some((false, vec![entry("b", JobState::Ready)])), None]);
         assert_eq!(held.deadline(), Some(t0 + JOURNAL_HOLD), "c's entry still waits");
+    }
+
+    #[tokio::test]
+    async fn a_journaled_insert_waits_and_a_write_of_its_job_takes_it_along() {
+        let mut held = Held::default();
+        let t0 = Instant::now();
+        let topic = Topic::parse("t".to_owned()).expect("a valid topic");
+        let mut copy = sample_job("p", &topic);
+        copy.id = copy.id.for_group(&delayq_common::Group::parse("g").expect("a valid group"));
+        let fresh =
+            vec![Write::Insert { jobs: vec![copy.clone()], reply: None }, journal_of(&[("p", JobState::Finished)])];
+        assert!(held.release(Vec::new(), fresh, false, t0).is_empty(), "both wait");
+        let out = held.release(Vec::new(), vec![awaited("q", JobState::Ready)], false, t0);
+        assert_eq!(shape(&out), [Some((true, vec![entry("q", JobState::Ready)]))], "another job's write takes nothing");
+        let out = held.release(Vec::new(), vec![awaited("p", JobState::Deleted)], false, t0);
+        assert!(
+            matches!(out.first(), Some(Write::Insert { jobs, reply: None }) if jobs.first().map(|job| &job.id) == Some(&copy.id))
+        );
+        assert_eq!(
+            shape(&out[1..]),
+            [Some((false, vec![entry("p", JobState::Finished)])), Some((true, vec![entry("p", JobState::Deleted)]))],
+            "the delivery's insert, then the job's entry, then its write"
+        );
+        assert_eq!(held.deadline(), None);
     }
 
     #[tokio::test]

@@ -74,6 +74,7 @@ pub(crate) fn moves_forward_from(row_state: JobState, row_attempt: i64, change: 
         || (row_attempt, live_rank(row_state)) <= (i64::from(change.attempt), live_rank(change.state))
 }
 
+mod fold;
 mod hold;
 mod reply;
 mod task;
@@ -344,7 +345,7 @@ impl GroupCommitWriter {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        self.call(|reply| Write::Insert { jobs, reply }).await
+        self.call(|reply| Write::Insert { jobs, reply: Some(reply) }).await
     }
 
     /// [`GroupCommitWriter::insert`], sent to the task before it returns.
@@ -352,12 +353,25 @@ impl GroupCommitWriter {
         &self,
         jobs: Vec<Job>,
     ) -> impl Future<Output = Result<InsertOutcomes, StoreError>> + Send + 'static {
-        let answer = (!jobs.is_empty()).then(|| self.submit(|reply| Write::Insert { jobs, reply }));
+        let answer = (!jobs.is_empty()).then(|| self.submit(|reply| Write::Insert { jobs, reply: Some(reply) }));
         async move {
             match answer {
                 Some(answer) => answer.await,
                 None => Ok(Vec::new()),
             }
+        }
+    }
+
+    /// Queues an insert nobody waits for, held like a journal entry.
+    pub(crate) fn journal_insert(&self, jobs: Vec<Job>) {
+        if jobs.is_empty() {
+            return;
+        }
+        let count = jobs.len();
+        self.journal_backlog.fetch_add(count, Ordering::Relaxed);
+        if self.sender.send(Write::Insert { jobs, reply: None }).is_err() {
+            self.journal_backlog.fetch_sub(count, Ordering::Relaxed);
+            warn!(backend = self.backend, dropped = count, "journaled inserts after close are dropped");
         }
     }
 

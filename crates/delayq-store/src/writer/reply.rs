@@ -7,6 +7,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::task::{Outcome, Write};
+use tracing::warn;
+
 use crate::store::StoreError;
 
 /// Sends each committed write its outcome; a caller that went away is ignored.
@@ -14,8 +16,15 @@ pub(super) fn answer(writes: Vec<Write>, outcomes: Vec<Outcome>) {
     debug_assert_eq!(writes.len(), outcomes.len());
     for (write, outcome) in writes.into_iter().zip(outcomes) {
         match (write, outcome) {
-            (Write::Insert { reply, .. }, Outcome::Inserted(results)) => {
+            (Write::Insert { reply: Some(reply), .. }, Outcome::Inserted(results)) => {
                 let _gone = reply.send(Ok(results));
+            }
+            (Write::Insert { jobs, reply: None }, Outcome::Inserted(results)) => {
+                for (job, result) in jobs.iter().zip(results) {
+                    if let Err(refused) = result {
+                        warn!(job_id = %job.id, error = %refused, "a journaled insert was refused");
+                    }
+                }
             }
             (Write::Replace { reply, .. }, Outcome::Replaced(result)) => {
                 let _gone = reply.send(result);
@@ -44,7 +53,7 @@ pub(super) fn fail(writes: Vec<Write>, backend: &'static str, cause: SharedError
     let mut retained = Vec::new();
     for write in writes {
         match write {
-            Write::Insert { reply, .. } => {
+            Write::Insert { reply: Some(reply), .. } => {
                 let _gone = reply.send(Err(unavailable()));
             }
             Write::Replace { reply, .. } | Write::Flush { reply } | Write::Record { reply: Some(reply), .. } => {
@@ -56,7 +65,7 @@ pub(super) fn fail(writes: Vec<Write>, backend: &'static str, cause: SharedError
             Write::Purge { reply, .. } => {
                 let _gone = reply.send(Err(unavailable()));
             }
-            journal @ Write::Record { reply: None, .. } => retained.push(journal),
+            journal @ (Write::Record { reply: None, .. } | Write::Insert { reply: None, .. }) => retained.push(journal),
             Write::Close { .. } => {}
         }
     }

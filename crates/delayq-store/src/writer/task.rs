@@ -2,6 +2,7 @@
 //! transaction, answers the callers and retries journal entries.
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
+use super::fold::{FoldedJob, Folding};
 use super::hold::Held;
 use super::reply::{answer, fail, SharedError};
 use super::{written_lines, BatchDialect, InsertOutcomes, LogRow, PurgeOf};
@@ -38,9 +40,11 @@ pub(super) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// One queued write and the caller waiting for it.
 pub(super) enum Write {
+    /// `reply` is `None` for a journaled insert ([`super::fold`]), which
+    /// nobody waits for; a job of it that is refused is only logged.
     Insert {
         jobs: Vec<Job>,
-        reply: Reply<InsertOutcomes>,
+        reply: Option<Reply<InsertOutcomes>>,
     },
     Replace {
         job: Box<Job>,
@@ -81,10 +85,11 @@ impl Write {
         !matches!(self, Write::Flush { .. } | Write::Close { .. })
     }
 
-    /// The state changes of a journal write (nobody waits for it), else 0.
-    fn journaled(&self) -> usize {
+    /// The state changes or jobs of a journal write (nobody waits for it), else 0.
+    pub(super) fn journaled(&self) -> usize {
         match self {
             Write::Record { changes, reply: None } => changes.len(),
+            Write::Insert { jobs, reply: None } => jobs.len(),
             _ => 0,
         }
     }
@@ -273,40 +278,41 @@ impl<D: BatchDialect> WriterTask<D> {
             let per_write = inserted_jobs(writes.iter());
             let jobs: Vec<&Job> = per_write.iter().flat_map(|jobs| jobs.iter()).collect();
             let results = dialect.insert_jobs_and_commit(tx, &jobs).await?;
-            return split_outcomes(&per_write, results);
+            let counts: Vec<usize> = per_write.iter().map(|jobs| jobs.len()).collect();
+            return split_outcomes(&counts, results);
         }
+        // A dialect that writes the history line of each job it inserts would
+        // write a folded job's line in its final state: nothing is folded there.
+        let folding = if dialect.logs_written_jobs() { Folding::default() } else { Folding::of(writes) };
         let mut transaction = Transaction { dialect, tx, log: Vec::new() };
         let mut outcomes = Vec::with_capacity(writes.len());
-        let mut rest = writes;
-        while let Some((write, after)) = rest.split_first() {
-            rest = after;
+        let mut index = 0;
+        while let Some(write) = writes.get(index) {
+            // Consecutive inserts (many callers' pushes, journaled inserts) go to
+            // the dialect together, so it can write them in few statements;
+            // consecutive state changes (many callers' and the journal's) too.
+            let run_of = |same: fn(&Write) -> bool| writes.iter().skip(index).take_while(|next| same(next)).count();
             let outcome = match write {
                 Write::Insert { .. } => {
-                    // Consecutive inserts go to the dialect together, so it can
-                    // write the jobs of many callers in few statements.
-                    let run = rest.iter().take_while(|next| matches!(next, Write::Insert { .. })).count();
-                    let (more, after_run) = rest.split_at(run);
-                    rest = after_run;
-                    outcomes.extend(transaction.insert_jobs(std::iter::once(write).chain(more)).await?);
+                    let run = run_of(|next| matches!(next, Write::Insert { .. }));
+                    outcomes.extend(transaction.insert_jobs(writes, index..index + run, &folding).await?);
+                    index += run;
+                    continue;
+                }
+                Write::Record { .. } => {
+                    let run = run_of(|next| matches!(next, Write::Record { .. }));
+                    transaction.change_states(writes, index..index + run, &folding).await?;
+                    outcomes.extend((0..run).map(|_| Outcome::Done));
+                    index += run;
                     continue;
                 }
                 Write::Replace { job, .. } => Outcome::Replaced(transaction.replace_job(job).await?),
-                Write::Record { .. } => {
-                    // Consecutive state changes (many callers' and the journal's)
-                    // go to the dialect together, in order.
-                    let run = rest.iter().take_while(|next| matches!(next, Write::Record { .. })).count();
-                    let (more, after_run) = rest.split_at(run);
-                    rest = after_run;
-                    let records: Vec<&Write> = std::iter::once(write).chain(more).collect();
-                    transaction.change_states(&records).await?;
-                    outcomes.extend(records.iter().map(|_| Outcome::Done));
-                    continue;
-                }
                 Write::DeleteAllLive { at, .. } => Outcome::Deleted(transaction.delete_all_live(*at).await?),
                 Write::Purge { of, limit, .. } => Outcome::Purged(transaction.purge(of, *limit).await?),
                 Write::Flush { .. } | Write::Close { .. } => Outcome::Done,
             };
             outcomes.push(outcome);
+            index += 1;
         }
         transaction.commit().await?;
         Ok(outcomes)
@@ -332,15 +338,51 @@ struct Transaction<'d, D: BatchDialect> {
 }
 
 impl<D: BatchDialect> Transaction<'_, D> {
-    /// Inserts the jobs of consecutive insert writes in one dialect call;
+    /// Inserts the jobs of the consecutive insert writes `run` of `writes` in
+    /// one dialect call, journaled ones with the changes `folding` took along;
     /// returns one [`Outcome::Inserted`] per write.
-    async fn insert_jobs<'w>(&mut self, inserts: impl Iterator<Item = &'w Write>) -> Result<Vec<Outcome>, BoxError> {
-        let per_write = inserted_jobs(inserts);
-        let jobs: Vec<&Job> = per_write.iter().flat_map(|jobs| jobs.iter()).collect();
+    async fn insert_jobs(
+        &mut self,
+        writes: &[Write],
+        run: Range<usize>,
+        folding: &Folding,
+    ) -> Result<Vec<Outcome>, BoxError> {
+        let mut jobs: Vec<&Job> = Vec::new();
+        let mut folded_of: Vec<Option<&FoldedJob>> = Vec::new();
+        let mut counts = Vec::with_capacity(run.len());
+        for index in run {
+            let own = match writes.get(index) {
+                Some(Write::Insert { jobs, .. }) => jobs.as_slice(),
+                _ => &[],
+            };
+            match folding.insert(index) {
+                Some(folded) => {
+                    jobs.extend(folded.iter().map(|folded| &folded.job));
+                    folded_of.extend(folded.iter().map(Some));
+                    counts.push(folded.len());
+                }
+                None => {
+                    jobs.extend(own);
+                    folded_of.extend(own.iter().map(|_| None));
+                    counts.push(own.len());
+                }
+            }
+        }
         self.log_earlier_lines_first(&jobs).await?;
         let results = self.dialect.insert_jobs(&mut self.tx, &jobs).await?;
-        self.log.extend(written_lines(self.dialect, &jobs, &results));
-        split_outcomes(&per_write, results)
+        let logs_itself = self.dialect.logs_written_jobs();
+        let mut unplaced: Vec<&StateChange> = Vec::new();
+        for ((job, folded), result) in jobs.iter().zip(&folded_of).zip(&results) {
+            match (folded, result) {
+                (Some(folded), Ok(())) => self.log.extend(folded.lines.iter().cloned()),
+                // A live job holds the id: the changes go to its row, as they would have.
+                (Some(folded), Err(_)) => unplaced.extend(folded.changes.iter()),
+                (None, Ok(())) if !logs_itself => self.log.push(LogRow::of(job)),
+                (None, _) => {}
+            }
+        }
+        self.apply_changes(&unplaced).await?;
+        split_outcomes(&counts, results)
     }
 
     async fn replace_job(&mut self, job: &Job) -> Result<Result<(), StoreError>, BoxError> {
@@ -373,21 +415,32 @@ impl<D: BatchDialect> Transaction<'_, D> {
         Ok(())
     }
 
-    /// Applies the changes of consecutive record writes in one dialect call
-    /// and logs each that applied.
-    async fn change_states(&mut self, records: &[&Write]) -> Result<(), BoxError> {
-        let changes: Vec<&StateChange> = records
-            .iter()
-            .flat_map(|write| match write {
-                Write::Record { changes, .. } => changes.as_slice(),
-                _ => &[],
-            })
-            .collect();
-        let applied = self.dialect.change_states(&mut self.tx, &changes).await?;
+    /// Applies the changes of the consecutive record writes `run` of `writes`
+    /// that `folding` did not take along, in one dialect call.
+    async fn change_states(&mut self, writes: &[Write], run: Range<usize>, folding: &Folding) -> Result<(), BoxError> {
+        let mut changes: Vec<&StateChange> = Vec::new();
+        for index in run {
+            let Some(Write::Record { changes: own, .. }) = writes.get(index) else { continue };
+            changes.extend(
+                own.iter()
+                    .enumerate()
+                    .filter(|(position, _)| !folding.is_taken(index, *position))
+                    .map(|(_, change)| change),
+            );
+        }
+        self.apply_changes(&changes).await
+    }
+
+    /// Applies `changes` in one dialect call and logs each that applied.
+    async fn apply_changes(&mut self, changes: &[&StateChange]) -> Result<(), BoxError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let applied = self.dialect.change_states(&mut self.tx, changes).await?;
         if applied.len() != changes.len() {
             return Err(format!("{} outcomes for {} state changes", applied.len(), changes.len()).into());
         }
-        for (change, applied) in changes.into_iter().zip(applied) {
+        for (change, applied) in changes.iter().zip(applied) {
             if applied {
                 self.log.push(LogRow::of_change(change));
             } else {
@@ -432,14 +485,14 @@ fn inserted_jobs<'w>(inserts: impl Iterator<Item = &'w Write>) -> Vec<&'w [Job]>
         .collect()
 }
 
-/// Hands each insert write the outcomes of its own jobs.
-fn split_outcomes(per_write: &[&[Job]], results: InsertOutcomes) -> Result<Vec<Outcome>, BoxError> {
-    let expected: usize = per_write.iter().map(|jobs| jobs.len()).sum();
+/// Hands each insert write the outcomes of its own jobs, `per_write` of them.
+fn split_outcomes(per_write: &[usize], results: InsertOutcomes) -> Result<Vec<Outcome>, BoxError> {
+    let expected: usize = per_write.iter().sum();
     if results.len() != expected {
         return Err(format!("{} outcomes for {expected} inserted jobs", results.len()).into());
     }
     let mut results = results.into_iter();
-    Ok(per_write.iter().map(|jobs| Outcome::Inserted(results.by_ref().take(jobs.len()).collect())).collect())
+    Ok(per_write.iter().map(|count| Outcome::Inserted(results.by_ref().take(*count).collect())).collect())
 }
 
 #[cfg(test)]
