@@ -143,6 +143,11 @@ impl Client {
         envelope(response).await
     }
 
+    pub async fn put_empty(&self, path_and_query: &str) -> Result<(u16, Value), reqwest::Error> {
+        let response = self.http.put(format!("{}{path_and_query}", self.base_url)).send().await?;
+        envelope(response).await
+    }
+
     pub async fn get(&self, path_and_query: &str) -> Result<(u16, Value), reqwest::Error> {
         let response = self.http.get(format!("{}{path_and_query}", self.base_url)).send().await?;
         envelope(response).await
