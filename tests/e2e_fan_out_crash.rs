@@ -87,19 +87,19 @@ async fn a_power_loss_during_fan_out_loses_no_delivery_and_repeats_no_acked_one(
     for consumer in consumers {
         consumer.abort();
     }
-    let seen = seen.lock().expect("lock");
-    let missing: Vec<_> = expected.iter().filter(|delivery| !seen.delivered.contains_key(*delivery)).take(5).collect();
+    let delivered = seen.lock().expect("lock").delivered.clone();
+    let missing: Vec<_> = expected.iter().filter(|delivery| !delivered.contains_key(*delivery)).take(5).collect();
     assert!(missing.is_empty(), "deliveries never made (first 5): {missing:?}; log: {}", second.log());
     let repeated: Vec<_> = acked_before
         .iter()
-        .filter(|delivery| seen.delivered.get(*delivery) > delivered_before.get(*delivery))
+        .filter(|delivery| delivered.get(*delivery) > delivered_before.get(*delivery))
         .take(5)
         .collect();
     println!(
         "{} of {} deliveries acked before the power loss, {} delivered again after it",
         acked_before.len(),
         expected.len(),
-        seen.delivered
+        delivered
             .iter()
             .filter(|(delivery, count)| delivered_before.get(*delivery).is_some_and(|before| *count > before))
             .count()

@@ -250,9 +250,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// Writes submitted after this call apply after the insert. The state
     /// changes of a job that reach the writer while its insert is still held
     /// may be written with it: the row is inserted as they leave it, with the
-    /// same history. A write of job `X` takes along the held inserts of its
-    /// deliveries `X/<group>`, so a job's end journaled after its deliveries
-    /// never commits before them.
+    /// same history. A write of job `X` that somebody waits for takes along
+    /// the held inserts of its deliveries `X/<group>`; and since entries are
+    /// held in order, a job's end journaled after its deliveries never
+    /// commits before them.
     fn journal_insert(&self, jobs: Vec<Job>);
 
     /// Records state changes durably; returns once they are committed.

@@ -125,11 +125,11 @@ impl DelayQueue {
     /// holds [`DelayQueue::transitions`].
     ///
     /// The store's insert is queued first and awaited after the scheduler has
-    /// the deliveries, so a consumer may take one while its row commits: what
-    /// the consumer then changes (the pop's journal, an ack) is queued after
-    /// the insert and commits with it or after it ([`JobStore::insert_queued`]).
-    /// A scheduler that holds no payloads has its pops read them from the
-    /// store: they wait on the deliveries' payload locks until the rows are in.
+    /// the deliveries, so a consumer may reserve one while its row commits:
+    /// what the consumer then changes (the pop's journal, an ack) is queued
+    /// after the insert and commits with it or after it
+    /// ([`JobStore::insert_queued`]). The pop reads the payload from the store
+    /// under the delivery's payload lock, held here until the row is in.
     /// Should the insert fail, the deliveries leave the scheduler again, and
     /// the job, not finished, is fanned out again after its ttr.
     async fn create_deliveries(&self, fresh: Vec<Job>) -> QueueResult<usize> {
@@ -137,8 +137,7 @@ impl DelayQueue {
             return Ok(0);
         }
         let fresh_ids: Vec<JobId> = fresh.iter().map(|delivery| delivery.id.clone()).collect();
-        let _payloads =
-            if self.scheduler.holds_payloads() { None } else { Some(self.payload_locks.lock_all(&fresh_ids).await) };
+        let _payloads = self.payload_locks.lock_all(&fresh_ids).await;
         let insert = self.store.insert_queued(fresh.clone());
         let scheduled = self.scheduler.schedule_batch(&fresh).await;
         let outcomes = match insert.await {

@@ -70,7 +70,7 @@ impl Folding {
                 Write::Record { changes, .. } => {
                     for (position, change) in changes.iter().enumerate() {
                         let Some(&(insert, job)) = open.get(&change.id) else { continue };
-                        let folded = folding.inserts.entry(insert).or_insert_with(|| unfolded(&writes[insert]));
+                        let folded = folding.inserts.entry(insert).or_insert_with(|| unfolded(writes.get(insert)));
                         if let Some(folded) = folded.get_mut(job) {
                             fold(folded, change);
                             folding.taken.insert((index, position));
@@ -96,9 +96,8 @@ impl Folding {
 }
 
 /// The jobs of a journaled insert, nothing folded in yet.
-#[allow(clippy::indexing_slicing, reason = "called with the index of a write just enumerated")]
-fn unfolded(write: &Write) -> Vec<FoldedJob> {
-    let Write::Insert { jobs, .. } = write else { return Vec::new() };
+fn unfolded(write: Option<&Write>) -> Vec<FoldedJob> {
+    let Some(Write::Insert { jobs, .. }) = write else { return Vec::new() };
     jobs.iter().map(|job| FoldedJob { job: job.clone(), lines: vec![LogRow::of(job)], changes: Vec::new() }).collect()
 }
 

@@ -42,7 +42,7 @@ enum Entry {
     /// A state change.
     Change(StateChange),
     /// A job of a journaled insert (a group's delivery, see [`super::fold`]).
-    Insert(Job),
+    Insert(Box<Job>),
 }
 
 impl Entry {
@@ -127,7 +127,9 @@ impl Held {
         for write in fresh {
             let entries: Vec<Entry> = match write {
                 Write::Record { changes, reply: None } => changes.into_iter().map(Entry::Change).collect(),
-                Write::Insert { jobs, reply: None } => jobs.into_iter().map(Entry::Insert).collect(),
+                Write::Insert { jobs, reply: None } => {
+                    jobs.into_iter().map(|job| Entry::Insert(Box::new(job))).collect()
+                }
                 write => {
                     out.push(write);
                     continue;
@@ -148,9 +150,9 @@ fn journal(entries: impl IntoIterator<Item = Entry>) -> Vec<Write> {
     for entry in entries {
         match (writes.last_mut(), entry) {
             (Some(Write::Record { changes, reply: None }), Entry::Change(change)) => changes.push(change),
-            (Some(Write::Insert { jobs, reply: None }), Entry::Insert(job)) => jobs.push(job),
+            (Some(Write::Insert { jobs, reply: None }), Entry::Insert(job)) => jobs.push(*job),
             (_, Entry::Change(change)) => writes.push(Write::Record { changes: vec![change], reply: None }),
-            (_, Entry::Insert(job)) => writes.push(Write::Insert { jobs: vec![job], reply: None }),
+            (_, Entry::Insert(job)) => writes.push(Write::Insert { jobs: vec![*job], reply: None }),
         }
     }
     writes

@@ -4,7 +4,9 @@
 //! an unbounded channel; the task takes whatever is queued (up to
 //! [`MAX_BATCH_ROWS`]), applies it in submission order inside ONE transaction,
 //! commits, then answers every waiting caller through its oneshot. Journal
-//! entries ride the same channel without a reply. They may wait up to
+//! entries (state changes, and the inserts of consumer groups' deliveries)
+//! ride the same channel without a reply; a journaled insert takes along the
+//! changes of its jobs that reach the same batch (see `fold`). They may wait up to
 //! [`hold::JOURNAL_HOLD`] for a later write of their job, so that a job's quick
 //! succession of changes shares one commit (see `hold`); per job, the order
 //! of all writes is the submission order, and [`GroupCommitWriter::flush`]
@@ -364,14 +366,8 @@ impl GroupCommitWriter {
 
     /// Queues an insert nobody waits for, held like a journal entry.
     pub(crate) fn journal_insert(&self, jobs: Vec<Job>) {
-        if jobs.is_empty() {
-            return;
-        }
-        let count = jobs.len();
-        self.journal_backlog.fetch_add(count, Ordering::Relaxed);
-        if self.sender.send(Write::Insert { jobs, reply: None }).is_err() {
-            self.journal_backlog.fetch_sub(count, Ordering::Relaxed);
-            warn!(backend = self.backend, dropped = count, "journaled inserts after close are dropped");
+        if !jobs.is_empty() {
+            self.send_journaled(Write::Insert { jobs, reply: None });
         }
     }
 
@@ -387,12 +383,16 @@ impl GroupCommitWriter {
     }
 
     pub(crate) fn journal(&self, changes: Vec<StateChange>) {
-        if changes.is_empty() {
-            return;
+        if !changes.is_empty() {
+            self.send_journaled(Write::Record { changes, reply: None });
         }
-        let count = changes.len();
+    }
+
+    /// Sends a journal write, counted in the backlog until it commits.
+    fn send_journaled(&self, write: Write) {
+        let count = write.journaled();
         self.journal_backlog.fetch_add(count, Ordering::Relaxed);
-        if self.sender.send(Write::Record { changes, reply: None }).is_err() {
+        if self.sender.send(write).is_err() {
             self.journal_backlog.fetch_sub(count, Ordering::Relaxed);
             warn!(backend = self.backend, dropped = count, "journal entries after close are dropped");
         }
