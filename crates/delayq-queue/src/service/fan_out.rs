@@ -42,9 +42,11 @@ impl DelayQueue {
         let now = Timestamp::now();
         let ids: Vec<JobId> = reserved.iter().map(|job| job.id.clone()).collect();
         // Which deliveries the store holds already (a fan-out cut short) is read
-        // beside the jobs themselves: every one a job could have, one round trip.
-        let possible: Vec<JobId> = ids.iter().flat_map(|id| groups.iter().map(|group| id.for_group(group))).collect();
-        let (jobs, written) = tokio::try_join!(self.store.get_many(&ids), self.store.get_many(&possible))?;
+        // with the jobs themselves: every one a job could have, in one read.
+        let possible = ids.iter().flat_map(|id| groups.iter().map(|group| id.for_group(group)));
+        let wanted: Vec<JobId> = ids.iter().cloned().chain(possible).collect();
+        let (written, jobs): (Vec<Job>, Vec<Job>) =
+            self.store.get_many(&wanted).await?.into_iter().partition(|job| job.id.group_parts().is_some());
         let written: HashSet<JobId> = written.into_iter().map(|job| job.id).collect();
         let mut stored: HashMap<JobId, Job> = jobs.into_iter().map(|job| (job.id.clone(), job)).collect();
         let mut handed = Vec::with_capacity(reserved.len());
