@@ -113,12 +113,7 @@ impl DelayQueue {
             return Ok(0);
         }
         self.store.journal_insert(fresh.clone());
-        for outcome in self.scheduler.schedule_batch(&fresh).await? {
-            match outcome {
-                Ok(()) | Err(QueueError::Conflict(_)) => {}
-                Err(error) => return Err(error),
-            }
-        }
+        scheduled_or_there(self.scheduler.schedule_batch(&fresh).await?)?;
         Ok(fresh.len())
     }
 
@@ -162,12 +157,7 @@ impl DelayQueue {
                 Err(refused) => warn!(job_id = %delivery.id, error = %refused, "a group's delivery was refused"),
             }
         }
-        for outcome in scheduled? {
-            match outcome {
-                Ok(()) | Err(QueueError::Conflict(_)) => {}
-                Err(error) => return Err(error),
-            }
-        }
+        scheduled_or_there(scheduled?)?;
         Ok(created)
     }
 
@@ -200,6 +190,18 @@ impl DelayQueue {
         queue_metrics::record_fan_out(handed.len());
         Ok(())
     }
+}
+
+/// Checks the outcomes of scheduling deliveries: each is scheduled, or was
+/// there already (a fan-out cut short put it there).
+fn scheduled_or_there(outcomes: Vec<QueueResult<()>>) -> QueueResult<()> {
+    for outcome in outcomes {
+        match outcome {
+            Ok(()) | Err(QueueError::Conflict(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }
 
 /// How a fan-out writes the end of the jobs it handed out.
