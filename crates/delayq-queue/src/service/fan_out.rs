@@ -178,8 +178,11 @@ impl DelayQueue {
             Commit::Awaited => self.store.record(changes).await?,
             Commit::Journaled => self.store.journal(changes),
         }
-        for job in &handed {
-            match self.scheduler.finish(&job.id, Some(job.attempt)).await {
+        // All at once: a scheduler that combines concurrent calls (Redis) then
+        // finishes the batch in one round trip instead of one per job.
+        let finishes = handed.iter().map(|job| self.scheduler.finish(&job.id, Some(job.attempt)));
+        for outcome in futures::future::join_all(finishes).await {
+            match outcome {
                 // Deleted meanwhile, or its ttr ran out and it is fanned out again
                 // (which creates nothing twice).
                 Ok(_)
