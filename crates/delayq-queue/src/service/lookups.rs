@@ -69,4 +69,18 @@ impl DelayQueue {
             .flatten();
         Ok(JobPage { jobs, next })
     }
+
+    /// Lists a topic's jobs in a state by id, after the id `after` (the
+    /// console's listing): each page costs the same however many jobs the
+    /// topic holds. The queue's ids follow push order.
+    pub async fn list_by_id(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        after: Option<&JobId>,
+    ) -> QueueResult<Vec<Job>> {
+        self.store.flush().await?;
+        Ok(self.store.list_by_id(topic, state, limit, after).await?)
+    }
 }
