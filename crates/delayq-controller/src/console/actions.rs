@@ -32,8 +32,10 @@ type PathResult = Result<Path<String>, PathRejection>;
 
 /// Checks the request and returns its form, or the response refusing it.
 fn checked(state: &AppState, headers: &HeaderMap, form: FormResult, admin: bool) -> Result<ActionForm, Response> {
-    let Ok(Form(form)) = form else {
-        return Err(layout::error_page(StatusCode::BAD_REQUEST, "the form is not valid"));
+    let form = match form {
+        Ok(Form(form)) => form,
+        // Too large is 413, anything else 400.
+        Err(rejection) => return Err(layout::error_page(rejection.status(), "the form is not valid")),
     };
     actor(state, headers, &form.csrf, admin)?;
     Ok(form)
