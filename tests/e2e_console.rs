@@ -321,3 +321,35 @@ async fn read_only_mode_shows_no_action() {
     browser.close().await;
     assert!(server.terminate().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forwarding_page_shows_what_each_route_published() {
+    let Some(browser) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Server::start passes no --config: the file is found as config/delayq.toml in its working directory.
+    std::fs::create_dir_all(dir.path().join("config")).expect("config dir");
+    let route = "[[forward.routes]]\ntopics = [\"mailer.*\"]\nsink = \"log\"\nname = \"audit-log\"\n";
+    std::fs::write(dir.path().join("config/delayq.toml"), route).expect("config");
+    let server = Server::start(dir.path(), &[]).await;
+    let client = server.client();
+    for index in 0..4 {
+        push(&client, json!({"topic": "mailer.welcome", "body": format!("mail {index}")})).await;
+    }
+
+    let published = eventually(Duration::from_secs(15), || async {
+        browser.open(&format!("{}/console/forwarding", server.base_url)).await;
+        let cells = browser.client.find_all(fantoccini::Locator::Css("tr[data-route] td")).await.expect("cells");
+        let mut texts = Vec::new();
+        for cell in cells {
+            texts.push(cell.text().await.expect("text"));
+        }
+        (texts.get(3).map(String::as_str) == Some("4")).then_some(texts)
+    })
+    .await
+    .expect("the route published the four jobs");
+    assert_eq!(published[..3], ["audit-log", "log", "mailer.*"], "route, sink and topics");
+    assert_eq!(published[4..], ["0", "0", "0", "0"], "nothing failed, unconfirmed, dead or in flight");
+    browser.screenshot("forwarding").await;
+    browser.close().await;
+    assert!(server.terminate().await);
+}
