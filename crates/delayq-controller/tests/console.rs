@@ -21,6 +21,7 @@ struct Page {
     status: StatusCode,
     cookies: Vec<String>,
     location: Option<String>,
+    headers: axum::http::HeaderMap,
     body: String,
 }
 
@@ -38,8 +39,9 @@ async fn request(app: &TestApp, method: Method, uri: &str, cookie: Option<&str>,
     let cookies =
         response.headers().get_all(header::SET_COOKIE).iter().map(|v| v.to_str().unwrap().to_owned()).collect();
     let location = response.headers().get(header::LOCATION).map(|v| v.to_str().unwrap().to_owned());
+    let headers = response.headers().clone();
     let body = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
-    Page { status, cookies, location, body }
+    Page { status, cookies, location, headers, body }
 }
 
 async fn get(app: &TestApp, uri: &str, cookie: Option<&str>) -> Page {
@@ -129,7 +131,12 @@ async fn a_form_without_the_pages_csrf_token_is_refused() {
     assert_eq!(page.location.as_deref(), Some("/console/topics/orders?done=paused"));
     assert!(is_paused(&app, "orders").await);
     // A view with the cookie keeps it: no new token for every page.
-    assert!(get(&app, "/console", Some(&cookie)).await.cookies.is_empty());
+    let overview = get(&app, "/console", Some(&cookie)).await;
+    assert!(overview.cookies.is_empty());
+    // No other site may frame a page to trick a click on it.
+    assert_eq!(overview.headers[header::X_FRAME_OPTIONS], "DENY");
+    let policy = overview.headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(policy.contains("frame-ancestors 'none'") && policy.contains("default-src 'self'"), "{policy}");
 }
 
 #[tokio::test]

@@ -70,20 +70,22 @@ pub(crate) async fn overview(
                 (counted(counted_ago))
             }
         }
-        section.card {
-            h2 { "About to fire" }
-            (due_chart(&due))
-        }
-        section.card {
-            h2 { "The last hour" }
-            p.lateness {
-                "Firing lateness over " (count(activity.deliveries)) " deliveries: p50 "
-                strong data-lateness="p50" { (activity.lateness_p50.map(short_duration).unwrap_or_else(|| "–".into())) }
-                ", p99 "
-                strong data-lateness="p99" { (activity.lateness_p99.map(short_duration).unwrap_or_else(|| "–".into())) }
-                " (at most, by bucket)."
+        div.cards {
+            section.card {
+                h2 { "About to fire" }
+                (due_chart(&due))
             }
-            (activity_chart(&activity))
+            section.card {
+                h2 { "The last hour" }
+                p.lateness {
+                    "Firing lateness over " (count(activity.deliveries)) " deliveries: p50 "
+                    strong data-lateness="p50" { (activity.lateness_p50.map(short_duration).unwrap_or_else(|| "–".into())) }
+                    ", p99 "
+                    strong data-lateness="p99" { (activity.lateness_p99.map(short_duration).unwrap_or_else(|| "–".into())) }
+                    " (at most, by bucket)."
+                }
+                (activity_chart(&activity))
+            }
         }
         @if viewer.can_act {
             section.card.danger {
