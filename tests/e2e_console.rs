@@ -130,6 +130,28 @@ async fn a_job_is_found_by_id_and_by_business_key() {
     assert_eq!(browser.path().await, format!("/console/jobs/{by_key}"));
     assert_eq!(browser.text("dd[data-field=bizKey]").await, "invoice-77");
 
+    // Its due time is changed from its page (a replace: same job, same key).
+    browser.type_into("input[name=runAt]", "2099-01-02T03:04:05").await;
+    browser.click("form.reschedule button").await;
+    assert!(browser.text("p.flash").await.contains("due time is changed"));
+    let (_, moved) = client.get(&format!("/jobs/{by_key}")).await.expect("get job");
+    assert_eq!(moved["data"]["runAt"], 4_071_006_245_000u64, "due 2099-01-02T03:04:05Z");
+    assert_eq!(moved["data"]["bizKey"], "invoice-77");
+
+    // The other is run now, then popped; the rescheduled one is deleted.
+    browser.open(&format!("{}/console/jobs/{by_id}", server.base_url)).await;
+    browser.click(&format!("form[action='/console/jobs/{by_id}/run'] button")).await;
+    assert!(browser.text("p.flash").await.contains("Due now"));
+    let popped = eventually(Duration::from_secs(10), || async {
+        let ids = pop_ids(&client, &topic).await;
+        (!ids.is_empty()).then_some(ids)
+    })
+    .await;
+    assert_eq!(popped, Some(vec![by_id.clone()]), "run now: due at once, the other still waits");
+    browser.open(&format!("{}/console/jobs/{by_key}", server.base_url)).await;
+    browser.click(&format!("form[action='/console/jobs/{by_key}/delete'] button")).await;
+    assert_eq!(browser.text("dd[data-field=state]").await, "deleted");
+
     browser.open(&format!("{}/console/search?id=no-such-job", server.base_url)).await;
     assert!(browser.source().await.contains("404"), "an unknown id is a 404 page");
     browser.close().await;
