@@ -169,14 +169,16 @@ pub(crate) async fn topic(
     let body = html! {
         (flash(query.get("done").map(String::as_str)))
         h1 { "Topic " span.name { (name) } " " (paused_badge(is_paused)) }
-        section.card {
-            h2 { "Jobs per state" }
-            (state_table(&counts, Some(name)))
-            (counted(counted_ago))
-        }
-        section.card {
-            h2 { "Due soon" }
-            (due_chart(&due))
+        div.cards {
+            section.card {
+                h2 { "Jobs per state" }
+                (state_table(&counts, Some(name)))
+                (counted(counted_ago))
+            }
+            section.card {
+                h2 { "Due soon" }
+                (due_chart(&due))
+            }
         }
         @if viewer.can_act {
             section.card.actions {
