@@ -1,5 +1,5 @@
 //! The console's pages stay fast with 1,000,000 jobs in the store: each page
-//! of the real binary renders in at most 200 ms (the median of several HTTP
+//! of the real binary renders in at most 200 ms (every one of several HTTP
 //! GETs, timed here), on SQLite and on MariaDB. The jobs are pushed through
 //! `/push/batch`, most into one topic, due over the next minute, hour, day
 //! and later, with some dead ones.
@@ -88,10 +88,10 @@ async fn time_pages_at_scale(server: &Server, backend: &str) {
             assert!(status.is_redirection() || body.contains("</html>"), "{page}: a whole page");
         }
         times.sort();
-        let median = times[VIEWS / 2];
-        println!("{backend}: {page} median {median:?}, all {times:?}");
-        if median > PAGE_BUDGET {
-            slow.push(format!("{page} {median:?}"));
+        let (median, slowest) = (times[VIEWS / 2], times[VIEWS - 1]);
+        println!("{backend}: {page} median {median:?}, slowest {slowest:?}, all {times:?}");
+        if slowest > PAGE_BUDGET {
+            slow.push(format!("{page} {slowest:?}"));
         }
     }
     assert!(slow.is_empty(), "{backend}: pages slower than {PAGE_BUDGET:?} with {JOBS} jobs: {slow:?}");

@@ -7,7 +7,7 @@ use super::*;
 
 /// The most index entries one range reads: the count stays cheap however many
 /// jobs are due, and says "at least" past it.
-pub const DUE_SOON_SCAN: usize = 50_000;
+pub const DUE_SOON_SCAN: usize = 10_000;
 
 /// The live jobs by when they are due. Each range is counted by the store's
 /// due-time buckets (8 s wide; about 70 minutes for a job written more than a
