@@ -102,7 +102,7 @@ ensure_zookeeper() {
 ensure_chromium() { # the console's browser tests drive it through chromedriver
   apt_install chromium chromium
   apt_install chromedriver chromium-driver
-  chromium --headless=new --no-sandbox --disable-gpu --dump-dom about:blank >/dev/null 2>&1 \
+  timeout 60 chromium --headless=new --no-sandbox --disable-gpu --dump-dom about:blank >/dev/null 2>&1 \
     || die "chromium does not start headless"
 }
 

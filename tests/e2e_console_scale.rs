@@ -42,10 +42,15 @@ async fn console_pages_render_fast_with_a_million_jobs_on_mariadb() {
     let Some(root_url) = delayq_testkit::service("DELAYQ_TEST_MYSQL_URL") else { return };
     let _turn = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let database_url = fresh_database(&root_url, &unique_name("console_scale"), None).await;
+    let database = unique_name("console_scale");
+    let database_url = fresh_database(&root_url, &database, None).await;
     let server = Server::start(dir.path(), &[("DELAYQ_DATABASE_URL", database_url.as_str())]).await;
     time_pages_at_scale(&server, "mariadb").await;
     assert!(server.terminate().await);
+    // A million rows are too many to leave behind on the shared server.
+    use sqlx::Connection;
+    let mut connection = sqlx::MySqlConnection::connect(&root_url).await.expect("connect to mariadb");
+    sqlx::query(&format!("DROP DATABASE `{database}`")).execute(&mut connection).await.expect("drop database");
 }
 
 async fn time_pages_at_scale(server: &Server, backend: &str) {
