@@ -229,7 +229,7 @@ fn state_table(counts: &StateCounts, topic: Option<&str>) -> Markup {
 fn counted(age: Duration) -> Markup {
     html! {
         @if age >= Duration::from_secs(1) {
-            p.counted { "Counted " (humantime::format_duration(Duration::from_secs(age.as_secs()))) " ago; live counts are current." }
+            p.counted { "Counted " (humantime::format_duration(Duration::from_secs(age.as_secs()))) " ago; the jobs the scheduler holds are counted now." }
         }
     }
 }
