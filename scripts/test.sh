@@ -99,11 +99,19 @@ ensure_zookeeper() {
   fi
 }
 
+ensure_chromium() { # the console's browser tests drive it through chromedriver
+  apt_install chromium chromium
+  apt_install chromedriver chromium-driver
+  timeout 60 chromium --headless=new --no-sandbox --disable-gpu --dump-dom about:blank >/dev/null 2>&1 \
+    || die "chromium does not start headless"
+}
+
 ensure_redis
 ensure_redis_cluster
 ensure_mariadb
 ensure_rabbitmq
 ensure_zookeeper
+ensure_chromium
 
 export DELAYQ_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 DELAYQ_TEST_REDIS_CLUSTER=$(printf 'redis://127.0.0.1:%s,' "${CLUSTER_PORTS[@]}")
@@ -111,6 +119,10 @@ export DELAYQ_TEST_REDIS_CLUSTER=${DELAYQ_TEST_REDIS_CLUSTER%,}
 export DELAYQ_TEST_MYSQL_URL="mysql://root@127.0.0.1:3306/test"
 export DELAYQ_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/%2f"
 export DELAYQ_TEST_ZOOKEEPER="127.0.0.1:$ZK_PORT"
+DELAYQ_TEST_CHROMEDRIVER=$(command -v chromedriver)
+export DELAYQ_TEST_CHROMEDRIVER
+DELAYQ_TEST_CHROMIUM=$(command -v chromium)
+export DELAYQ_TEST_CHROMIUM
 export DELAYQ_TEST_REQUIRE_SERVICES=1
 
 log "services up; building the workspace tests"

@@ -22,6 +22,6 @@ mod secret_errors;
 pub use forward::{ForwardConfig, RouteConfig};
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use model::{
-    AuthConfig, Config, ConsumersConfig, JobsConfig, LimitsConfig, SchedulerConfig, ServerConfig, SqliteSynchronous,
-    StoreConfig, ZookeeperConfig,
+    AuthConfig, Config, ConsoleConfig, ConsumersConfig, JobsConfig, LimitsConfig, SchedulerConfig, ServerConfig,
+    SqliteSynchronous, StoreConfig, ZookeeperConfig,
 };

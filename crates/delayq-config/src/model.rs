@@ -68,6 +68,8 @@ pub struct Config {
     pub forward: ForwardConfig,
     /// The registry of consumers.
     pub consumers: ConsumersConfig,
+    /// The web console at `/console`.
+    pub console: ConsoleConfig,
     /// Consumer groups declared at start, by topic (`orders = ["billing", "shipping"]`).
     /// Declaring is all the file does: a group left out later stays declared
     /// until `DELETE /topics/{topic}/groups/{group}` drops it.
@@ -97,6 +99,23 @@ impl ConsumersConfig {
     /// Returns how long a silent consumer stays listed.
     pub fn forget_after(&self) -> Duration {
         Duration::from_millis(self.forget_after_ms)
+    }
+}
+
+/// The web console served at `/console` on the REST address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serves the console; off, `/console` is not routed.
+    pub enabled: bool,
+    /// Shows the pages without any action (pause, retry, delete, ...), and
+    /// refuses every state-changing console request.
+    pub read_only: bool,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> ConsoleConfig {
+        ConsoleConfig { enabled: true, read_only: false }
     }
 }
 

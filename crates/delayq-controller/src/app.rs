@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
 
+use crate::console::{self, ForwardingProvider};
 use crate::limits::{self, BodyLimit, RouteLimits};
 use crate::openapi::{self, Document};
 use crate::{admin, auth, consumers, groups, jobs, layers, operators, ops, youzan};
@@ -48,6 +49,23 @@ pub struct ControllerConfig {
     pub request_timeout: Duration,
     /// The handle `/metrics` renders; the binary installs its recorder.
     pub metrics: PrometheusHandle,
+    /// The web console at `/console`.
+    pub console: ConsoleOptions,
+}
+
+/// What the web console needs from configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConsoleOptions {
+    /// Serves `/console`; off, those paths are not routed.
+    pub enabled: bool,
+    /// Hides every action and refuses every state-changing console request.
+    pub read_only: bool,
+}
+
+impl Default for ConsoleOptions {
+    fn default() -> ConsoleOptions {
+        ConsoleOptions { enabled: true, read_only: false }
+    }
 }
 
 impl ControllerConfig {
@@ -60,6 +78,7 @@ impl ControllerConfig {
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             metrics,
+            console: ConsoleOptions::default(),
         }
     }
 }
@@ -73,6 +92,7 @@ impl fmt::Debug for ControllerConfig {
             .field("max_request_bytes", &self.max_request_bytes)
             .field("max_result_bytes", &self.max_result_bytes)
             .field("request_timeout", &self.request_timeout)
+            .field("console", &self.console)
             .finish_non_exhaustive()
     }
 }
@@ -137,6 +157,8 @@ pub struct SharedState {
     pub(crate) tokens: Tokens,
     /// The current role, for `/stats`.
     pub(crate) role: RoleProvider,
+    /// The forwarding routes and what they did, for the console.
+    pub(crate) forwarding: ForwardingProvider,
 }
 
 impl std::ops::Deref for AppState {
@@ -153,7 +175,13 @@ impl AppState {
         let standalone = RoleInfo { role: Role::Standalone, leader: None, members: Vec::new(), coordinator: None };
         let role: RoleProvider = Arc::new(move || standalone.clone());
         let tokens = Tokens::new(&config.tokens, &config.admin_tokens);
-        AppState { shared: Arc::new(SharedState { queue, config: Arc::new(config), tokens, role }) }
+        let forwarding: ForwardingProvider = Arc::new(Vec::new);
+        AppState { shared: Arc::new(SharedState { queue, config: Arc::new(config), tokens, role, forwarding }) }
+    }
+
+    /// Replaces where the console reads the forwarding routes from.
+    pub fn with_forwarding(self, forwarding: ForwardingProvider) -> AppState {
+        AppState { shared: Arc::new(SharedState { forwarding, ..SharedState::clone(&self.shared) }) }
     }
 
     /// Replaces the role provider.
@@ -190,6 +218,8 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_request_time))
         .split_for_parts();
     document.publish(&openapi::complete(api));
+    // The console is pages, not API: it stays out of the OpenAPI document.
+    let routes = if state.config.console.enabled { routes.merge(console::routes(&state)) } else { routes };
     routes
         .fallback(layers::route_not_found)
         .method_not_allowed_fallback(layers::method_not_allowed)

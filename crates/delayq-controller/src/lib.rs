@@ -20,10 +20,13 @@
 //! - `limits`: per-route body limits and the request timeout.
 //! - `batch`: reading a batch push without materializing more than it may hold.
 //! - [`server`]: the accept loop: connection cap, header deadline, graceful stop.
+//! - [`console`]: the web console at `/console`: server-rendered pages and
+//!   actions over the same `DelayQueue`, behind the same tokens.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic))]
 
 pub mod app;
+pub mod console;
 pub mod error;
 pub mod layers;
 pub mod server;
@@ -45,8 +48,9 @@ mod views;
 mod youzan;
 
 pub use app::{
-    router, AppState, ControllerConfig, Role, RoleInfo, RoleProvider, DEFAULT_MAX_REQUEST_BYTES,
+    router, AppState, ConsoleOptions, ControllerConfig, Role, RoleInfo, RoleProvider, DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_RESULT_BYTES, DEFAULT_REQUEST_TIMEOUT,
 };
+pub use console::{ForwardingProvider, RouteSummary};
 pub use error::ApiError;
 pub use server::{serve, HttpLimits};

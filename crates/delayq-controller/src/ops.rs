@@ -56,7 +56,7 @@ impl StateCounts {
         *slot += count;
     }
 
-    fn get(&self, state: JobState) -> u64 {
+    pub(crate) fn get(&self, state: JobState) -> u64 {
         match state {
             JobState::Delay => self.delay,
             JobState::Ready => self.ready,
@@ -72,10 +72,10 @@ impl StateCounts {
 /// The counts of `/stats`: per topic, per topic and group (the groups'
 /// deliveries), and in total.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct JobCounts {
-    topics: BTreeMap<String, StateCounts>,
-    deliveries: BTreeMap<String, BTreeMap<String, StateCounts>>,
-    totals: StateCounts,
+pub(crate) struct JobCounts {
+    pub(crate) topics: BTreeMap<String, StateCounts>,
+    pub(crate) deliveries: BTreeMap<String, BTreeMap<String, StateCounts>>,
+    pub(crate) totals: StateCounts,
 }
 
 impl JobCounts {
@@ -91,7 +91,7 @@ impl JobCounts {
 
 /// Counts per topic, per group's deliveries and in total: live states from
 /// the scheduler (always current), ended states from the store.
-fn count_jobs(stats: &QueueStats) -> JobCounts {
+pub(crate) fn count_jobs(stats: &QueueStats) -> JobCounts {
     let mut counts = JobCounts::default();
     for live in &stats.live {
         let topic = counts.of(&live.topic);
@@ -183,7 +183,7 @@ pub(crate) async fn ready(State(state): State<AppState>) -> ApiResult {
 }
 
 /// Asks the scheduler and the store whether they answer, within [`READY_TIMEOUT`].
-async fn check_backends(state: &AppState) -> Vec<(&'static str, bool)> {
+pub(crate) async fn check_backends(state: &AppState) -> Vec<(&'static str, bool)> {
     match tokio::time::timeout(READY_TIMEOUT, state.queue.check_backends()).await {
         Ok(checks) => checks
             .into_iter()

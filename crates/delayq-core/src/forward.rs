@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use delayq_config::{Config, RouteConfig};
+use delayq_controller::{ForwardingProvider, RouteSummary};
 use delayq_forward::{build_sink, Route, RouteTable, SinkSpec, TopicPattern};
 use tracing::info;
 
@@ -53,5 +54,29 @@ fn sink_spec(config: &RouteConfig) -> anyhow::Result<SinkSpec> {
             timeout,
         },
         other => anyhow::bail!("unknown sink type {other:?}"),
+    })
+}
+
+/// What the console's forwarding page shows: each route's counters, read on each view.
+pub(crate) fn summaries(routes: &Arc<RouteTable>) -> ForwardingProvider {
+    let routes = Arc::clone(routes);
+    Arc::new(move || {
+        routes
+            .routes()
+            .iter()
+            .map(|route| {
+                let counters = route.counters();
+                RouteSummary {
+                    name: route.label.clone(),
+                    sink: route.sink.kind().to_owned(),
+                    topics: route.patterns.iter().map(|pattern| pattern.as_str().to_owned()).collect(),
+                    published: counters.published(),
+                    failed: counters.failed(),
+                    unconfirmed: counters.unconfirmed(),
+                    dead: counters.dead(),
+                    in_flight: counters.in_flight(),
+                }
+            })
+            .collect()
     })
 }

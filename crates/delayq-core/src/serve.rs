@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use delayq_config::Config;
-use delayq_controller::{router, AppState, ControllerConfig, HttpLimits, RoleProvider};
+use delayq_controller::{AppState, ConsoleOptions, ControllerConfig, HttpLimits, RoleProvider};
 use delayq_queue::{DelayQueue, QueueSettings};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::{TcpListener, TcpSocket};
@@ -37,6 +37,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let root = CancellationToken::new();
     tokio::spawn(cancel_on_signal(root.clone())?);
     let routes = forward::build_routes(&config)?;
+    let forwarding = forward::summaries(&routes);
     let leadership = build_leadership(&config, &node, root.child_token()).await?;
     let store = build_store(&config, &node.name).await?;
     // Joins the node registry before anything reads the store into the scheduler.
@@ -78,7 +79,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let http_addr = listener.local_addr().context("failed to read the bound address")?;
     let coordinator = config.zookeeper.connect.is_some().then_some("zookeeper");
     let role = leader::role_provider(&leadership, coordinator);
-    let app = http_app(Arc::clone(&queue), &config, metrics, role);
+    let app = http_app(Arc::clone(&queue), &config, metrics, role).with_forwarding(forwarding);
+    let app = delayq_controller::router(app);
     let http_limits = HttpLimits::new(config.server.header_read_timeout_ms, config.server.max_connections);
     let http_server = tokio::spawn(delayq_controller::serve(listener, app, http_limits, root.child_token()));
     let grpc_addr = start_grpc(&config, Arc::clone(&queue), &tasks, root.child_token()).await?;
@@ -105,7 +107,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle, role: RoleProvider) -> axum::Router {
+fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle, role: RoleProvider) -> AppState {
     let controller_config = ControllerConfig {
         tokens: config.auth.tokens.clone(),
         admin_tokens: config.auth.admin_tokens.clone(),
@@ -113,8 +115,9 @@ fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle, 
         max_result_bytes: config.limits.max_result_bytes,
         request_timeout: Duration::from_millis(config.server.request_timeout_ms),
         metrics,
+        console: ConsoleOptions { enabled: config.console.enabled, read_only: config.console.read_only },
     };
-    router(AppState::new(queue, controller_config).with_role(role))
+    AppState::new(queue, controller_config).with_role(role)
 }
 
 /// The listen backlog of both listeners. Connections past

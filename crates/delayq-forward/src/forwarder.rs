@@ -132,6 +132,7 @@ async fn deliver_batch(queue: Arc<DelayQueue>, route: Arc<Route>, jobs: Vec<Job>
     let count = jobs.len();
     let jobs: Arc<[Job]> = jobs.into();
     forward_metrics::record_in_flight(&route.label, count as f64);
+    route.counters().start_flight(count as u64);
     let started = Instant::now();
     let published = publish_guarded(&route, &jobs).await;
     forward_metrics::record_latency(&route.label, started.elapsed());
@@ -151,6 +152,7 @@ async fn deliver_batch(queue: Arc<DelayQueue>, route: Arc<Route>, jobs: Vec<Job>
     route.counters().add(tally.published, tally.failed, tally.unconfirmed, tally.dead, tally.unfinished);
     forward_metrics::record_outcomes(&route.label, tally.published, tally.failed, tally.unconfirmed, tally.dead);
     forward_metrics::record_in_flight(&route.label, -(count as f64));
+    route.counters().end_flight(count as u64);
 }
 
 /// The outcomes of a batch, one per job, and whether the sink panicked on the batch as a whole.

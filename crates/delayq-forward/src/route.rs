@@ -40,6 +40,11 @@ impl TopicPattern {
         Ok(TopicPattern { pattern: pattern.to_owned() })
     }
 
+    /// Returns the pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.pattern
+    }
+
     /// Returns whether the topic (or a group's deliveries, `topic/group`) matches.
     pub fn matches(&self, topic: &str) -> bool {
         match (self.pattern.split_once('/'), topic.split_once('/')) {
@@ -99,6 +104,7 @@ pub struct RouteCounters {
     unconfirmed: AtomicU64,
     dead: AtomicU64,
     unfinished: AtomicU64,
+    in_flight: AtomicU64,
 }
 
 impl RouteCounters {
@@ -125,6 +131,20 @@ impl RouteCounters {
     /// Returns the confirmed jobs that could not be finished (they are delivered again: duplicates).
     pub fn unfinished(&self) -> u64 {
         self.unfinished.load(Ordering::Relaxed)
+    }
+
+    /// Returns the jobs handed to the sink and not yet settled.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn start_flight(&self, jobs: u64) {
+        self.in_flight.fetch_add(jobs, Ordering::Relaxed);
+    }
+
+    pub(crate) fn end_flight(&self, jobs: u64) {
+        // Never below zero: a batch ends only what it started.
+        let _ = self.in_flight.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| Some(now.saturating_sub(jobs)));
     }
 
     pub(crate) fn add(&self, published: u64, failed: u64, unconfirmed: u64, dead: u64, unfinished: u64) {

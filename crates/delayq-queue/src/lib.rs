@@ -11,6 +11,7 @@
 //! - [`fan_out`]: the loop that hands due jobs of topics with consumer groups to their groups.
 //! - [`recovery`]: the leader's loop that restores a scheduler that lost its
 //!   data and reconciles it with the store.
+//! - `activity`: what this process did over the last hour, minute by minute (for the console).
 //! - `combine`: calls that arrive together sent to a backend together.
 //! - [`failpoint`]: crash points for tests (debug builds only).
 //! - [`metrics`]: the metric names.
@@ -22,6 +23,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable)
 )]
 
+pub mod activity;
 mod combine;
 pub mod consumers;
 pub mod error;
@@ -47,6 +49,7 @@ pub mod service;
 pub mod testsuite;
 pub mod timer;
 
+pub use activity::{Activity, ActivityEvent, ActivityReport, MinuteCounts, ACTIVITY_MINUTES};
 pub use consumers::{run_publisher, ConsumerKey, ConsumerView, Consumers};
 pub use error::{QueueError, QueueResult, INTERNAL_MESSAGE};
 pub use fan_out::run_fan_out;
@@ -56,6 +59,6 @@ pub use recovery::{run_recovery, RecoveryOptions};
 pub use redis::{RedisScheduler, RedisSchedulerOptions};
 pub use scheduler::{HorizonMarks, MemoryUse, Promotion, RestoreFence, Scheduler, TopicStats};
 pub use service::{
-    DelayQueue, Delivery, HorizonStats, JobDetails, JobPage, Pushed, QueueSettings, QueueStats, TopicGroups,
+    DelayQueue, Delivery, DueSoon, HorizonStats, JobDetails, JobPage, Pushed, QueueSettings, QueueStats, TopicGroups,
 };
 pub use timer::{run_timer, run_timer_fenced, LeaseGate};

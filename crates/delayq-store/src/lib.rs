@@ -58,6 +58,6 @@ pub use mysql::MysqlStore;
 pub use options::{SqliteSync, StoreOptions};
 pub use sqlite::SqliteStore;
 pub use store::{
-    bucket_end, due_bucket, job_bucket, BoxError, DueCursor, JobStore, ListCursor, LogEntry, StateChange, StateCount,
-    StoreError, COARSE_BUCKETS, DUE_BUCKET_MS, FAR_AHEAD_MS, MAX_DELIVERIES,
+    bucket_end, due_bucket, job_bucket, BoxError, DueCount, DueCursor, JobStore, ListCursor, LogEntry, StateChange,
+    StateCount, StoreError, COARSE_BUCKETS, DUE_BUCKET_MS, FAR_AHEAD_MS, MAX_DELIVERIES,
 };

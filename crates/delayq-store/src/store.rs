@@ -185,6 +185,15 @@ impl DueCursor {
 /// more groups than a topic is expected to declare, while one read stays small.
 pub const MAX_DELIVERIES: usize = 1_000;
 
+/// What [`JobStore::count_live_due`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DueCount {
+    /// The live jobs of the topic among the entries read.
+    pub jobs: u64,
+    /// Whether every entry of the range was read; when not, `jobs` is a lower bound.
+    pub complete: bool,
+}
+
 /// How many jobs of a topic are in a state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateCount {
@@ -301,6 +310,17 @@ pub trait JobStore: Send + Sync + 'static {
         cursor: Option<&ListCursor>,
     ) -> Result<Vec<Job>, StoreError>;
 
+    /// Lists jobs of a topic in a state by id, after the id `after`: each page
+    /// is a seek in the listing index, so its cost does not grow with the jobs
+    /// of the topic (the console's listing; ids the queue assigns follow push order).
+    async fn list_by_id(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        after: Option<&JobId>,
+    ) -> Result<Vec<Job>, StoreError>;
+
     /// Returns up to `limit` live jobs after `after` whose due-time bucket is
     /// at most `through` ([`due_bucket`]), in `(bucket, id)` order: a restore's
     /// and the horizon loader's read.
@@ -308,6 +328,19 @@ pub trait JobStore: Send + Sync + 'static {
     /// Each page is a seek in an index of live jobs by due-time bucket, so its
     /// cost does not grow with the jobs before `after` or after `through`.
     async fn live_jobs_due(&self, after: &DueCursor, through: u64, limit: usize) -> Result<Vec<Job>, StoreError>;
+
+    /// Counts the live jobs of `topic` (of every topic when `None`) indexed in
+    /// the due-time buckets `from..to` ([`job_bucket`]), reading at most `scan`
+    /// entries of the index of live jobs by due time: the cost is bounded
+    /// however many jobs are due, and [`DueCount::complete`] says whether the
+    /// read covered the whole range.
+    async fn count_live_due(
+        &self,
+        topic: Option<&Topic>,
+        from: u64,
+        to: u64,
+        scan: usize,
+    ) -> Result<DueCount, StoreError>;
 
     /// Marks every live job deleted at `at` (journaled); returns their ids.
     async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError>;

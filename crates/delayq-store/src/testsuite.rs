@@ -75,6 +75,7 @@ macro_rules! store_conformance {
                 check_list_orders_and_pages,
                 check_live_jobs_page_by_due_time,
                 check_far_jobs_page_by_coarse_bucket,
+                check_count_live_due,
                 check_pause_and_resume_topics,
                 check_job_groups_round_trip,
                 check_declare_and_drop_groups,

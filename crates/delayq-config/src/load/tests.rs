@@ -103,6 +103,21 @@ fn the_registry_forgets_consumers_after_a_second_to_a_day() {
 }
 
 #[test]
+fn the_console_is_on_and_read_write_by_default_and_set_by_file_or_environment() {
+    Jail::expect_with(|jail| {
+        let defaults = Config::load(None).expect("defaults").console;
+        assert_eq!((defaults.enabled, defaults.read_only), (true, false));
+        jail.create_file("console.toml", "[console]\nenabled = false\n")?;
+        jail.set_env("DELAYQ_CONSOLE__READ_ONLY", "true");
+        let console = Config::load(Some(std::path::Path::new("console.toml"))).expect("valid").console;
+        assert_eq!((console.enabled, console.read_only), (false, true));
+        jail.set_env("DELAYQ_CONSOLE__READ_ONLY", "maybe");
+        assert!(Config::load(None).is_err(), "not a boolean");
+        Ok(())
+    });
+}
+
+#[test]
 fn worker_threads_default_to_one_fewer_than_the_cores_and_zero_is_refused() {
     Jail::expect_with(|jail| {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);

@@ -81,7 +81,7 @@ impl DelayQueue {
                 return Err(error);
             }
         }
-        queue_metrics::record_pushes(pushed);
+        self.record_pushes(pushed);
         Ok(outcomes)
     }
 

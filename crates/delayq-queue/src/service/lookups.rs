@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The longest [`DelayQueue::list_by_id`] waits for the journal to be written.
+const LIST_JOURNAL_WAIT: Duration = Duration::from_millis(50);
+
 impl DelayQueue {
     /// Returns the id of the live job of `topic` with business key `biz_key`.
     pub async fn resolve_biz_key(&self, topic: &Topic, biz_key: &str) -> QueueResult<JobId> {
@@ -68,5 +71,25 @@ impl DelayQueue {
             .then(|| jobs.last().map(|last| ListCursor { run_at: last.run_at, id: last.id.clone() }))
             .flatten();
         Ok(JobPage { jobs, next })
+    }
+
+    /// Lists a topic's jobs in a state by id, after the id `after` (the
+    /// console's listing): each page costs the same however many jobs the
+    /// topic holds. The queue's ids follow push order.
+    ///
+    /// It waits for the journal (the timer's changes) at most
+    /// `LIST_JOURNAL_WAIT`: a page is never held up behind a backlog of
+    /// promotions, and a change still in the journal then shows on the next view.
+    pub async fn list_by_id(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        after: Option<&JobId>,
+    ) -> QueueResult<Vec<Job>> {
+        if let Ok(flushed) = tokio::time::timeout(LIST_JOURNAL_WAIT, self.store.flush()).await {
+            flushed?;
+        }
+        Ok(self.store.list_by_id(topic, state, limit, after).await?)
     }
 }

@@ -44,6 +44,7 @@ use tokio::sync::{mpsc, Mutex, RwLock, RwLockWriteGuard, Semaphore};
 use tracing::{info, instrument, warn};
 
 use self::payloads::{PayloadStore, Payloads};
+use crate::activity::{Activity, ActivityEvent};
 use crate::combine::Combiner;
 use crate::consumers::Consumers;
 use crate::error::{QueueError, QueueResult};
@@ -56,6 +57,7 @@ use crate::scheduler::{check_attempt, Promotion, Scheduler};
 mod batch;
 mod cached;
 mod consumers;
+mod due_soon;
 mod fan_out;
 mod groups;
 mod lookups;
@@ -68,12 +70,13 @@ mod restore;
 mod settings;
 mod stats;
 
+pub use self::due_soon::{DueSoon, DUE_SOON_SCAN};
 pub use self::groups::{Delivery, TopicGroups, MAX_GROUPS_PER_TOPIC};
 pub use self::settings::{
     QueueSettings, DEFAULT_HISTORY_LIMIT, DEFAULT_MAX_WAITERS, MAX_BATCH_PUSH, MAX_HISTORY_LIMIT, MAX_POP_COUNT,
     MAX_POP_WAIT,
 };
-use self::stats::StoredCounts;
+use self::stats::{CountsSnapshot, StoredCounts};
 pub use self::stats::{HorizonStats, QueueStats};
 
 /// What a successful push returns.
@@ -140,12 +143,16 @@ pub struct DelayQueue {
     horizon_status: HorizonStatus,
     /// The last count of the store, reused while it is fresh enough.
     stored_counts: Mutex<Option<StoredCounts>>,
+    /// The last count of the store, for readers that do not wait for a new one.
+    counts_snapshot: CountsSnapshot,
     /// The consumers that reach this node.
     consumers: Consumers,
     /// The paused topics, as this node last read them.
     paused: cached::Cached<std::collections::HashSet<Topic>>,
     /// The consumer groups of each topic, as this node last read them.
     groups: cached::Cached<groups::TopicGroups>,
+    /// What this process did over the last hour, minute by minute.
+    activity: Activity,
 }
 
 impl DelayQueue {
@@ -174,10 +181,23 @@ impl DelayQueue {
             loading: Mutex::new(()),
             horizon_status,
             stored_counts: Mutex::new(None),
+            counts_snapshot: CountsSnapshot::default(),
             consumers,
             paused: cached::Cached::default(),
             groups: cached::Cached::default(),
+            activity: Activity::default(),
         }
+    }
+
+    /// Returns what this process did over the last hour.
+    pub fn activity(&self) -> &Activity {
+        &self.activity
+    }
+
+    /// Counts accepted pushes, for `/metrics` and for the last hour.
+    fn record_pushes(&self, count: u64) {
+        queue_metrics::record_pushes(count);
+        self.activity.record(ActivityEvent::Pushed, count);
     }
 
     /// Returns where the horizon's loader stands on this node.
@@ -240,6 +260,7 @@ impl DelayQueue {
             Err(error) => return Err(error),
         }
         queue_metrics::record_finish();
+        self.activity.record(ActivityEvent::Finished, 1);
         self.consumers.released(id);
         Ok(job)
     }
@@ -275,6 +296,7 @@ impl DelayQueue {
             self.nack_in_scheduler(id, attempt, delay).await?
         };
         queue_metrics::record_nack();
+        self.activity.record(ActivityEvent::Failed, 1);
         self.consumers.released(id);
         Ok(nacked_job)
     }
@@ -376,6 +398,8 @@ impl DelayQueue {
         let promotion = self.scheduler.promote_due(now, self.settings.promote_batch).await?;
         if !promotion.changed.is_empty() {
             queue_metrics::record_promotion(&promotion.changed);
+            let dead = promotion.changed.iter().filter(|job| job.state == JobState::Dead).count();
+            self.activity.record(ActivityEvent::Dead, dead as u64);
             self.store.journal(promotion.changed.iter().map(|job| StateChange::of(job, now)).collect());
         }
         Ok(promotion)

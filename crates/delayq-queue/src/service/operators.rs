@@ -1,6 +1,6 @@
-//! What an operator does to jobs: run a delayed job now, give a dead job
-//! another round of deliveries, one or every dead job of a topic, delete a
-//! topic's dead jobs.
+//! What an operator does to jobs: run a delayed job now, move a waiting job
+//! to a new due time, give a dead job another round of deliveries, one or
+//! every dead job of a topic, delete a topic's dead jobs.
 
 use delayq_common::{Due, ErrorKind};
 use delayq_store::StoreError;
@@ -22,6 +22,23 @@ impl DelayQueue {
             return Err(QueueError::WrongState { id: id.clone(), state: job.state });
         }
         let mut again = push_again(&job, Due::RunAt(Timestamp::now()));
+        again.replace = true;
+        self.push(again).await
+    }
+
+    /// Moves a waiting job (delayed or ready) to a new due time, keeping
+    /// everything else about it: a push with `replace`, so the job is never
+    /// lost or doubled on the way. A time in the past makes it due at once.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` when it is
+    /// reserved or ended (the error names the state).
+    pub async fn reschedule(&self, id: &JobId, run_at: Timestamp) -> QueueResult<Pushed> {
+        let job = self.current(id).await?;
+        if !matches!(job.state, JobState::Delay | JobState::Ready) {
+            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
+        }
+        let mut again = push_again(&job, Due::RunAt(run_at));
         again.replace = true;
         self.push(again).await
     }

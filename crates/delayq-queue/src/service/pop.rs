@@ -47,6 +47,7 @@ impl DelayQueue {
         }
         for job in &jobs {
             queue_metrics::record_delivery(job.run_at, now);
+            self.activity().record_delivery(job.run_at, now);
         }
         if let Some(consumer) = &consumer {
             self.consumers.popped(consumer, &jobs, now);

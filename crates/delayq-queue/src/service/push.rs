@@ -44,7 +44,7 @@ impl DelayQueue {
         failpoint::crash_if_armed(failpoint::PUSH_AFTER_STORE);
         let scheduled = self.scheduler.schedule(&job).await;
         self.settle_schedule(&job, scheduled).await?;
-        queue_metrics::record_pushes(1);
+        self.record_pushes(1);
         Ok(pushed)
     }
 
@@ -122,7 +122,7 @@ impl DelayQueue {
             }
             Err(error) => return Err(error),
         };
-        queue_metrics::record_pushes(1);
+        self.record_pushes(1);
         Ok(Pushed { id: scheduled.id, run_at: scheduled.run_at })
     }
 
@@ -140,7 +140,7 @@ impl DelayQueue {
         match self.scheduler.replace(&job).await {
             // A load brought it meanwhile.
             Ok(scheduled) => {
-                queue_metrics::record_pushes(1);
+                self.record_pushes(1);
                 return Ok(Pushed { id: scheduled.id, run_at: scheduled.run_at });
             }
             Err(QueueError::NotFound(_)) => {}
@@ -162,7 +162,7 @@ impl DelayQueue {
         if !self.store.get(&job.id).await?.is_some_and(|stored| stored.state.is_live()) {
             self.forget_in_scheduler(&job.id).await?;
         }
-        queue_metrics::record_pushes(1);
+        self.record_pushes(1);
         Ok(Pushed { id: job.id, run_at: job.run_at })
     }
 

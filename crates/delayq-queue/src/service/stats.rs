@@ -1,10 +1,13 @@
 //! `/stats`: live jobs from the scheduler, jobs per state from the store (a
 //! slow count reused for a while), and where the horizon stands.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_common::{Timestamp, Topic};
 use delayq_store::StateCount;
+use tracing::warn;
 
 use super::DelayQueue;
 use crate::error::QueueResult;
@@ -20,6 +23,25 @@ pub(super) struct StoredCounts {
     counts: Vec<StateCount>,
     at: tokio::time::Instant,
     took: Duration,
+}
+
+/// The last count of the store any caller took, for readers that must not
+/// wait for the next one (the console), and whether one is under way for them.
+#[derive(Default)]
+pub(super) struct CountsSnapshot {
+    last: std::sync::Mutex<Option<(Vec<StateCount>, tokio::time::Instant)>>,
+    counting: std::sync::atomic::AtomicBool,
+}
+
+impl CountsSnapshot {
+    fn remember(&self, counts: &[StateCount]) {
+        let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *last = Some((counts.to_vec(), tokio::time::Instant::now()));
+    }
+
+    fn last(&self) -> Option<(Vec<StateCount>, tokio::time::Instant)> {
+        self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
 }
 
 /// Counts for `/stats`.
@@ -63,8 +85,45 @@ impl DelayQueue {
     /// [`delayq_store::JobStore::counts`], and which is reused for a while when it is slow,
     /// see [`DelayQueue::store_counts`]).
     pub async fn stats(&self) -> QueueResult<QueueStats> {
-        let mut live = self.scheduler.stats().await?;
+        let live = self.scheduler.stats().await?;
         let stored = self.store_counts().await?;
+        self.compose_stats(live, stored).await
+    }
+
+    /// Returns the counts as [`DelayQueue::stats`] does, without waiting for
+    /// the store once it has been counted: its last count (from any caller)
+    /// stands, and when that is `refresh_after` old or older a new count starts
+    /// in the background. Returns how old the store's count is. Live jobs the
+    /// scheduler holds are counted now. A page that shows the counts stays as
+    /// fast at millions of live jobs as at none.
+    ///
+    /// # Errors
+    /// When the scheduler fails, or the store on the first count.
+    pub async fn stats_without_waiting(
+        self: &Arc<Self>,
+        refresh_after: Duration,
+    ) -> QueueResult<(QueueStats, Duration)> {
+        let (stored, age) = match self.counts_snapshot.last() {
+            None => (self.store_counts().await?, Duration::ZERO),
+            Some((counts, at)) => {
+                let age = at.elapsed();
+                if age >= refresh_after && !self.counts_snapshot.counting.swap(true, Ordering::AcqRel) {
+                    let queue = Arc::clone(self);
+                    tokio::spawn(async move {
+                        if let Err(error) = queue.store_counts().await {
+                            warn!(error = &error as &dyn std::error::Error, "counting the store failed");
+                        }
+                        queue.counts_snapshot.counting.store(false, Ordering::Release);
+                    });
+                }
+                (counts, age)
+            }
+        };
+        let live = self.scheduler.stats().await?;
+        Ok((self.compose_stats(live, stored).await?, age))
+    }
+
+    async fn compose_stats(&self, mut live: Vec<TopicStats>, stored: Vec<StateCount>) -> QueueResult<QueueStats> {
         let horizon = match self.scheduler.horizon().await? {
             Some(marks) => {
                 let hot = live.iter().map(|topic| topic.delay + topic.ready + topic.reserved).sum();
@@ -91,6 +150,7 @@ impl DelayQueue {
         let started = tokio::time::Instant::now();
         let counts = self.store.counts().await?;
         *last = Some(StoredCounts { counts: counts.clone(), at: tokio::time::Instant::now(), took: started.elapsed() });
+        self.counts_snapshot.remember(&counts);
         Ok(counts)
     }
 

@@ -189,6 +189,9 @@ static READS: ReadStatements = ReadStatements {
     ),
     cursor_form: CursorForm::Expanded,
     live_jobs_due: LIVE_JOBS_DUE_QUERY,
+    count_live_due: "SELECT COUNT(*), COUNT(CASE WHEN ? = '' OR topic = ? THEN 1 END) FROM \
+                     (SELECT topic FROM job FORCE INDEX (job_live_idx) WHERE is_live = 1 \
+                     AND due_bucket >= ? AND due_bucket < ? LIMIT ?) AS scanned",
     counts: COUNTS_QUERY,
     pause_topic: "INSERT IGNORE INTO topic_pause (topic, paused_at) VALUES (?, ?)",
     declare_group: "INSERT IGNORE INTO topic_group (topic, group_name, declared_at) VALUES (?, ?, ?)",

@@ -21,7 +21,8 @@ use crate::identity::StoreId;
 use crate::options::StoreOptions;
 use crate::retention::RetentionTask;
 use crate::store::{
-    DueCursor, JobStore, ListCursor, LogEntry, QueuedWrite, StateChange, StateCount, StoreError, MAX_DELIVERIES,
+    DueCount, DueCursor, JobStore, ListCursor, LogEntry, QueuedWrite, StateChange, StateCount, StoreError,
+    MAX_DELIVERIES,
 };
 use crate::writer::{BatchDialect, GroupCommitWriter, InsertOutcomes, PurgeOf};
 
@@ -159,11 +160,37 @@ impl<S: OverSql> JobStore for S {
         self.sql().reads.jobs(JobsRead::Page { topic, state, limit, cursor }).await
     }
 
+    async fn list_by_id(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        limit: usize,
+        after: Option<&JobId>,
+    ) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.sql().reads.jobs(JobsRead::PageById { topic, state, limit, after }).await
+    }
+
     async fn live_jobs_due(&self, after: &DueCursor, through: u64, limit: usize) -> Result<Vec<Job>, StoreError> {
         if limit == 0 || after.bucket > through {
             return Ok(Vec::new());
         }
         self.sql().reads.jobs(JobsRead::LiveDue { after, through, limit }).await
+    }
+
+    async fn count_live_due(
+        &self,
+        topic: Option<&Topic>,
+        from: u64,
+        to: u64,
+        scan: usize,
+    ) -> Result<DueCount, StoreError> {
+        if scan == 0 || from >= to {
+            return Ok(DueCount { jobs: 0, complete: from >= to });
+        }
+        self.sql().reads.count_live_due(topic, from, to, scan).await
     }
 
     async fn delete_all_live(&self, at: Timestamp) -> Result<Vec<JobId>, StoreError> {

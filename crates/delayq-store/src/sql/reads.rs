@@ -17,7 +17,7 @@ use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
 use super::binds::Bind;
 use super::rows::{epoch_ms, into_jobs, job_columns, sql_count, state_count, JobRow, LogEntryRow, Text};
 use crate::identity::{StoreId, STORE_ID_KEY};
-use crate::store::{DueCursor, ListCursor, LogEntry, StateCount, StoreError};
+use crate::store::{DueCount, DueCursor, ListCursor, LogEntry, StateCount, StoreError};
 
 /// The read statements of one dialect, each with the values it takes.
 pub(crate) struct ReadStatements {
@@ -37,6 +37,10 @@ pub(crate) struct ReadStatements {
     /// Live jobs after a cursor and up to a due-time bucket, by bucket and id:
     /// the cursor (as `cursor_form` compares it), the last bucket, the limit.
     pub(crate) live_jobs_due: &'static str,
+    /// The entries of the live index read in a range of due-time buckets, and
+    /// those of one topic (or all, given an empty topic) among them: the topic
+    /// twice, the first bucket, the bucket after the last, the most entries to read.
+    pub(crate) count_live_due: &'static str,
     /// The jobs per topic and state, as rows of topic, state and count.
     pub(crate) counts: &'static str,
     /// Records a store id unless the database holds one: the key, the id.
@@ -65,6 +69,15 @@ const DROP_GROUP: &str = "DELETE FROM topic_group WHERE topic = ? AND group_name
 /// as a wildcard, and SQLite's `LIKE`, which ignores case, cannot use the key.
 const JOBS_BETWEEN_IDS: &str =
     concat!("SELECT ", job_columns!(), " FROM job WHERE id > ? AND id < ? ORDER BY id LIMIT ?");
+
+/// The first page of a topic's jobs in a state by id, in both dialects: the
+/// topic, the state, the limit. The listing index leads with (topic, state,
+/// id), so a page is a seek and a short read however many jobs the topic holds.
+const LIST_BY_ID_FIRST: &str =
+    concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND status = ? ORDER BY id LIMIT ?");
+/// A later page by id: the topic, the state, the last id read, the limit.
+const LIST_BY_ID_AFTER: &str =
+    concat!("SELECT ", job_columns!(), " FROM job WHERE topic = ? AND status = ? AND id > ? ORDER BY id LIMIT ?");
 
 /// The character right after [`GROUP_MARK`]: every id that starts with
 /// `<id>/` sorts below `<id>0`, byte by byte as both databases compare ids.
@@ -101,6 +114,8 @@ pub(crate) enum JobsRead<'a> {
     LiveByBizKey(&'a Topic, &'a str),
     /// Up to `limit` jobs of a topic in a state, by due time and id, after `cursor`.
     Page { topic: &'a Topic, state: JobState, limit: usize, cursor: Option<&'a ListCursor> },
+    /// Up to `limit` jobs of a topic in a state, by id, after the id `after`.
+    PageById { topic: &'a Topic, state: JobState, limit: usize, after: Option<&'a JobId> },
     /// Up to `limit` live jobs up to bucket `through`, by bucket and id, after `after`.
     LiveDue { after: &'a DueCursor, through: u64, limit: usize },
 }
@@ -141,6 +156,18 @@ impl ReadStatements {
                         }
                         params.extend([run_at, Param::Text(cursor.id.as_str())]);
                         self.list_after_cursor
+                    }
+                };
+                params.push(Param::Integer(sql_count(limit)));
+                (sql, params)
+            }
+            JobsRead::PageById { topic, state, limit, after } => {
+                let mut params = vec![Param::Text(topic.as_str()), Param::Text(state.as_str())];
+                let sql = match after {
+                    None => LIST_BY_ID_FIRST,
+                    Some(after) => {
+                        params.push(Param::Text(after.as_str()));
+                        LIST_BY_ID_AFTER
                     }
                 };
                 params.push(Param::Integer(sql_count(limit)));
@@ -217,6 +244,15 @@ pub(crate) trait Reads: Send + Sync + 'static {
 
     /// Counts jobs per topic and state.
     async fn counts(&self) -> Result<Vec<StateCount>, StoreError>;
+
+    /// Counts live jobs by due-time bucket, see [`JobStore::count_live_due`](crate::JobStore::count_live_due).
+    async fn count_live_due(
+        &self,
+        topic: Option<&Topic>,
+        from: u64,
+        to: u64,
+        scan: usize,
+    ) -> Result<DueCount, StoreError>;
 
     /// Checks that the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
@@ -329,6 +365,7 @@ where
     for<'r> JobRow: FromRow<'r, DB::Row>,
     for<'r> LogEntryRow: FromRow<'r, DB::Row>,
     for<'r> (Text, Text, i64): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64): FromRow<'r, DB::Row>,
     for<'r> (Text, Text): FromRow<'r, DB::Row>,
     for<'r> (Text,): FromRow<'r, DB::Row>,
 {
@@ -346,6 +383,27 @@ where
     async fn counts(&self) -> Result<Vec<StateCount>, StoreError> {
         let rows: Vec<(Text, Text, i64)> = self.fetch(self.statements.counts, &[]).await?;
         rows.into_iter().map(state_count).collect()
+    }
+
+    async fn count_live_due(
+        &self,
+        topic: Option<&Topic>,
+        from: u64,
+        to: u64,
+        scan: usize,
+    ) -> Result<DueCount, StoreError> {
+        let topic = topic.map(Topic::as_str).unwrap_or("");
+        let params = [
+            Param::Text(topic),
+            Param::Text(topic),
+            Param::Integer(sql_bucket(from)),
+            Param::Integer(sql_bucket(to)),
+            Param::Integer(sql_count(scan)),
+        ];
+        let rows: Vec<(i64, i64)> = self.fetch(self.statements.count_live_due, &params).await?;
+        let (read, jobs) = rows.into_iter().next().unwrap_or((0, 0));
+        let read = u64::try_from(read).unwrap_or(0);
+        Ok(DueCount { jobs: u64::try_from(jobs).unwrap_or(0), complete: read < scan as u64 })
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -299,6 +299,16 @@ static READS: ReadStatements = ReadStatements {
         due_bucket!(),
         ", id LIMIT ?"
     ),
+    count_live_due: concat!(
+        "SELECT COUNT(*), COUNT(CASE WHEN ? = '' OR topic = ? THEN 1 END) FROM \
+         (SELECT topic FROM job INDEXED BY job_live_idx WHERE status IN ",
+        live_states!(),
+        " AND ",
+        due_bucket!(),
+        " >= ? AND ",
+        due_bucket!(),
+        " < ? LIMIT ?)"
+    ),
     counts: COUNTS_QUERY,
     insert_store_id: "INSERT INTO store_meta (meta_key, meta_value) VALUES (?, ?) ON CONFLICT (meta_key) DO NOTHING",
     pause_topic: "INSERT INTO topic_pause (topic, paused_at) VALUES (?, ?) ON CONFLICT (topic) DO NOTHING",

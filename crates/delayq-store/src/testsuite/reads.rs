@@ -1,4 +1,5 @@
-//! Checks of the read path (get, list, restore paging, counts), of clearAll and
+//! Checks of the read path (get, list, restore paging, counts by state and by
+//! due time), of clearAll and
 //! the run of every shared-safe check at once.
 
 use std::sync::Arc;
@@ -133,6 +134,25 @@ pub async fn check_list_orders_and_pages(store: Arc<dyn JobStore>) {
 
     let first = store.list(&topic, JobState::Delay, 2, None).await.expect("list");
     assert_eq!(first, expected[..2].iter().map(|job| (*job).clone()).collect::<Vec<_>>(), "rows are whole jobs");
+
+    // By id: pages follow on from the last id read, ended jobs stay in their own state.
+    let mut by_id: Vec<_> = jobs.iter().map(|job| job.id.clone()).collect();
+    by_id.sort();
+    for page in [1, 3, 50] {
+        let mut read = Vec::new();
+        let mut after = None;
+        loop {
+            let jobs = store.list_by_id(&topic, JobState::Delay, page, after.as_ref()).await.expect("list_by_id");
+            assert!(jobs.len() <= page);
+            let Some(last) = jobs.last() else { break };
+            after = Some(last.id.clone());
+            read.extend(jobs.into_iter().map(|job| job.id));
+        }
+        assert_eq!(read, by_id, "by id, page size {page}");
+    }
+    let ended = store.list_by_id(&topic, JobState::Finished, 10, None).await.expect("list_by_id");
+    assert_eq!(ended.into_iter().map(|job| job.id).collect::<Vec<_>>(), [finished.id.clone()]);
+    assert!(store.list_by_id(&topic, JobState::Delay, 0, None).await.expect("list_by_id").is_empty());
 }
 
 /// `live_jobs_due` pages through live jobs by due-time bucket and id, up to a
@@ -191,6 +211,50 @@ pub async fn check_live_jobs_page_by_due_time(store: Arc<dyn JobStore>) {
     assert!(inverted.is_empty(), "a window that ends before it starts is empty");
     let from_start = store.live_jobs_due(&DueCursor::start(), far_future(), 1).await;
     assert_eq!(from_start.expect("live_jobs_due").len(), 1, "the first page starts at the first job");
+}
+
+/// `count_live_due` counts the live jobs of a topic, or of all, by due-time
+/// bucket, leaves ended ones out, and says when it stopped at its scan limit.
+pub async fn check_count_live_due(store: Arc<dyn JobStore>) {
+    let topic = unique_topic("due-count");
+    let other = unique_topic("due-count-other");
+    let prefix = unique_name("due-count");
+    // Buckets no other check uses (theirs start below 2e9).
+    let nanos = u64::from(std::time::UNIX_EPOCH.elapsed().unwrap_or_default().subsec_nanos());
+    let first = 2_000_000_000 + nanos;
+    let mut jobs = Vec::new();
+    for (index, bucket) in [0u64, 1, 1, 2, 2, 2].into_iter().enumerate() {
+        jobs.push(due_in_bucket(&format!("{prefix}-{index}"), &topic, first + bucket));
+    }
+    jobs.push(due_in_bucket(&format!("{prefix}-other"), &other, first + 1));
+    let ended = due_in_bucket(&format!("{prefix}-ended"), &topic, first + 1);
+    jobs.push(ended.clone());
+    let outcomes = store.insert(jobs).await.expect("insert");
+    assert!(outcomes.iter().all(Result::is_ok));
+    store.record(vec![change(&ended, JobState::Finished, ended.run_at)]).await.expect("record");
+
+    let count = |topic: Option<delayq_common::Topic>, from: u64, to: u64, scan: usize| {
+        let store = Arc::clone(&store);
+        async move { store.count_live_due(topic.as_ref(), from, to, scan).await.expect("count_live_due") }
+    };
+    let whole = count(Some(topic.clone()), first, first + 3, 1_000).await;
+    assert_eq!((whole.jobs, whole.complete), (6, true), "every live job of the topic in the range");
+    let middle = count(Some(topic.clone()), first + 1, first + 2, 1_000).await;
+    assert_eq!((middle.jobs, middle.complete), (2, true), "the ended job is left out");
+    let every_topic = count(None, first + 1, first + 2, 1_000).await;
+    assert_eq!((every_topic.jobs, every_topic.complete), (3, true), "every topic's jobs");
+    let cut = count(None, first, first + 3, 4).await;
+    assert_eq!((cut.jobs, cut.complete), (4, false), "stops at the scan limit and says so");
+    let empty = count(None, first + 2, first + 1, 10).await;
+    assert_eq!((empty.jobs, empty.complete), (0, true), "a range that ends before it starts is empty");
+}
+
+/// A job of `topic` written shortly before it is due in `bucket`.
+fn due_in_bucket(id: &str, topic: &delayq_common::Topic, bucket: u64) -> Job {
+    let mut job = sample_job(id, topic);
+    job.run_at = Timestamp::from_millis(bucket * DUE_BUCKET_MS + 100);
+    job.updated_at = Timestamp::from_millis(job.run_at.as_millis() - 1_000);
+    job
 }
 
 /// A job written more than [`FAR_AHEAD_MS`] before it is due is indexed at the
