@@ -1,6 +1,6 @@
 //! What an operator does to jobs: run a delayed job now, give a dead job
-//! another round of deliveries, one or every dead job of a topic, delete a
-//! topic's dead jobs.
+//! another round of deliveries, one or every dead job of a topic, delete one
+//! dead job, delete a topic's dead jobs.
 
 use delayq_common::{Due, ErrorKind};
 use delayq_store::StoreError;
@@ -9,6 +9,8 @@ use super::*;
 
 /// How many dead jobs [`DelayQueue::retry_dead_of_topic`] reads at a time.
 const DEAD_PAGE: usize = 500;
+/// How far ahead [`DelayQueue::delete_dead`] parks a dead job it makes live to delete it.
+const PARKED_FOR: Duration = Duration::from_secs(86_400);
 
 impl DelayQueue {
     /// Makes a delayed job due now, keeping everything else about it.
@@ -45,6 +47,31 @@ impl DelayQueue {
             }
             other => other,
         }
+    }
+
+    /// Deletes one dead job: it ends `deleted`, with its history kept.
+    ///
+    /// The store moves only live jobs, so the job is made live again first,
+    /// due a day from now (no consumer can take it meanwhile), then deleted.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` when it is not dead.
+    pub async fn delete_dead(&self, id: &JobId) -> QueueResult<Job> {
+        let job = self.current(id).await?;
+        if job.state != JobState::Dead {
+            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
+        }
+        let parked = push_again(&job, Due::RunAt(Timestamp::now().plus(PARKED_FOR)));
+        match self.push(parked).await {
+            // Another retry or delete of the same job came first.
+            Err(QueueError::Store(StoreError::IdTaken(_))) => {
+                let state = self.current(id).await?.state;
+                return Err(QueueError::WrongState { id: id.clone(), state });
+            }
+            Err(error) => return Err(error),
+            Ok(_) => {}
+        }
+        self.delete(id).await
     }
 
     /// Retries every job of `topic` that is dead now; returns how many.
