@@ -10,6 +10,7 @@ pub use delayq_common::defaults::{
 use delayq_common::{redact, JobDefaults, Limits, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
+use crate::beanstalk::BeanstalkConfig;
 use crate::forward::ForwardConfig;
 
 /// The default REST listen address.
@@ -68,6 +69,8 @@ pub struct Config {
     pub forward: ForwardConfig,
     /// The registry of consumers.
     pub consumers: ConsumersConfig,
+    /// The beanstalkd protocol listener.
+    pub beanstalk: BeanstalkConfig,
     /// Consumer groups declared at start, by topic (`orders = ["billing", "shipping"]`).
     /// Declaring is all the file does: a group left out later stays declared
     /// until `DELETE /topics/{topic}/groups/{group}` drops it.
