@@ -61,7 +61,7 @@ async fn round_trip(addr: &str) {
 
     let stats = producer.stats(&format!("stats-job {normal}")).await;
     assert_eq!(value(&stats, "id"), normal.to_string());
-    assert_eq!(value(&stats, "tube"), "\"jobs\"");
+    assert_eq!(value(&stats, "tube"), "jobs");
     assert_eq!(value(&stats, "state"), "ready");
     assert_eq!(value(&stats, "pri"), "1024");
     assert_eq!(value(&stats, "ttr"), "60");
@@ -88,7 +88,7 @@ async fn round_trip(addr: &str) {
     assert_eq!(producer.command_with_data("peek-buried").await.0, format!("FOUND {urgent} 6"));
     assert_eq!(value(&producer.stats(&format!("stats-job {urgent}")).await, "state"), "buried");
     let tube = producer.stats("stats-tube jobs").await;
-    assert_eq!(value(&tube, "name"), "\"jobs\"");
+    assert_eq!(value(&tube, "name"), "jobs");
     assert_eq!(value(&tube, "current-jobs-buried"), "1");
     assert_eq!(value(&tube, "current-watching"), "1");
     assert_eq!(producer.command("kick 10").await, "KICKED 1");

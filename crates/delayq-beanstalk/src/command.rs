@@ -150,13 +150,21 @@ fn put(rest: &[u8]) -> Parsed {
     Ok(Command::Put { pri, delay, ttr, bytes, trailing: !rest.is_empty() })
 }
 
+/// `reserve-with-timeout <seconds>`, read as beanstalkd 1.12 reads it, with
+/// C's `strtol`: no digits is 0 seconds, what follows the number is ignored,
+/// and a negative timeout waits like `reserve`.
 fn reserve_with_timeout(rest: &[u8]) -> Parsed {
-    // beanstalkd ignores what follows the number here.
-    let (seconds, _) = read_u32(rest)?;
-    if seconds > i32::MAX as u32 {
+    let Some((negative, digits)) = c_number(rest) else {
+        return Ok(Command::Reserve(Some(Duration::ZERO)));
+    };
+    let magnitude = decimal(digits).ok_or(Refusal::BadFormat)?;
+    let limit = if negative { i64::MAX as u64 + 1 } else { i64::MAX as u64 };
+    if magnitude > limit {
         return Err(Refusal::BadFormat);
     }
-    Ok(Command::Reserve(Some(Duration::from_secs(u64::from(seconds)))))
+    // beanstalkd keeps the low 32 bits of the long, as a C int.
+    let value = (if negative { magnitude.wrapping_neg() } else { magnitude }) as i32;
+    Ok(Command::Reserve(u64::try_from(value).ok().map(Duration::from_secs)))
 }
 
 fn release(rest: &[u8]) -> Parsed {
@@ -175,18 +183,24 @@ fn bury(rest: &[u8]) -> Parsed {
 /// `kick <bound>`, read as C's `strtoul` does: leading white space, a sign,
 /// digits; what follows them is ignored, and the count is taken modulo 2^32.
 fn kick(rest: &[u8]) -> Parsed {
-    let start = rest.iter().position(|byte| !matches!(byte, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'));
-    let rest = start.and_then(|start| rest.get(start..)).unwrap_or_default();
+    let (negative, digits) = c_number(rest).ok_or(Refusal::BadFormat)?;
+    let value = decimal(digits).ok_or(Refusal::BadFormat)?;
+    let value = if negative { value.wrapping_neg() } else { value };
+    Ok(Command::Kick(value as u32))
+}
+
+/// The sign and the digits of a number as C's `strtol` family finds them:
+/// after white space, an optional sign, then at least one digit.
+fn c_number(bytes: &[u8]) -> Option<(bool, &[u8])> {
+    let start = bytes.iter().position(|byte| !matches!(byte, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))?;
+    let rest = bytes.get(start..)?;
     let (negative, digits) = match rest.split_first() {
         Some((b'-', digits)) => (true, digits),
         Some((b'+', digits)) => (false, digits),
         _ => (false, rest),
     };
     let length = digits.iter().take_while(|byte| byte.is_ascii_digit()).count();
-    let number = digits.get(..length).filter(|number| !number.is_empty()).ok_or(Refusal::BadFormat)?;
-    let value = decimal(number).ok_or(Refusal::BadFormat)?;
-    let value = if negative { value.wrapping_neg() } else { value };
-    Ok(Command::Kick(value as u32))
+    digits.get(..length).filter(|number| !number.is_empty()).map(|number| (negative, number))
 }
 
 fn pause_tube(rest: &[u8]) -> Parsed {
@@ -295,7 +309,10 @@ mod tests {
         assert_eq!(parse(b"reserve "), Err(Refusal::BadFormat));
         assert_eq!(parse(b"reserve-job"), Err(Refusal::BadFormat), "reserve is the prefix that matches");
         assert_eq!(parse(b"reserve-with-timeout 3 junk"), Ok(Command::Reserve(Some(secs(3)))));
-        assert_eq!(parse(b"reserve-with-timeout 2147483648"), Err(Refusal::BadFormat));
+        assert_eq!(parse(b"reserve-with-timeout x"), Ok(Command::Reserve(Some(secs(0)))), "strtol reads 0");
+        assert_eq!(parse(b"reserve-with-timeout -1"), Ok(Command::Reserve(None)), "a negative timeout waits");
+        assert_eq!(parse(b"reserve-with-timeout 4294967297"), Ok(Command::Reserve(Some(secs(1)))), "as a C int");
+        assert_eq!(parse(b"reserve-with-timeout 9223372036854775808"), Err(Refusal::BadFormat));
         assert_eq!(parse(b"peek"), Err(Refusal::UnknownCommand));
         assert_eq!(parse(b"peek-readyx"), Err(Refusal::BadFormat));
         assert_eq!(parse(b"statsx"), Err(Refusal::BadFormat));

@@ -225,7 +225,7 @@ async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R) -> io::Result<Line> 
         line.extend_from_slice(buffer.get(..taken).unwrap_or_default());
         reader.consume(taken);
         if found_end && line.ends_with(b"\r\n") {
-            if too_long {
+            if too_long || line.len() > MAX_LINE_BYTES {
                 return Ok(Line::TooLong);
             }
             line.truncate(line.len() - 2);
@@ -245,7 +245,13 @@ mod tests {
     use super::*;
 
     async fn lines(input: &[u8]) -> Vec<Line> {
-        let mut reader = BufReader::with_capacity(7, input);
+        let small_chunks = lines_read_by(7, input).await;
+        assert_eq!(small_chunks, lines_read_by(READ_BUFFER, input).await, "whatever the reads");
+        small_chunks
+    }
+
+    async fn lines_read_by(capacity: usize, input: &[u8]) -> Vec<Line> {
+        let mut reader = BufReader::with_capacity(capacity, input);
         let mut lines = Vec::new();
         loop {
             let line = read_line(&mut reader).await.unwrap();

@@ -61,7 +61,7 @@ pub(crate) fn dictionary(entries: &[(&str, String)]) -> Vec<u8> {
     data(&yaml)
 }
 
-/// A YAML string value, quoted as beanstalkd quotes names.
+/// A YAML string value in double quotes, as beanstalkd writes its version.
 pub(crate) fn quoted(value: &str) -> String {
     format!("\"{value}\"")
 }

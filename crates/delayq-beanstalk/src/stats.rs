@@ -1,8 +1,9 @@
-//! `stats-job`, `stats-tube`, `stats` and `list-tubes`: beanstalkd's YAML with
-//! beanstalkd's keys. Counts come from the queue (the scheduler's live jobs,
-//! the store's buried ones), so they hold across every node; the counters
-//! delayq does not keep (per-job timeouts, releases, buries and kicks, the
-//! binlog, resource usage) read 0.
+//! `stats-job`, `stats-tube`, `stats` and `list-tubes`: beanstalkd 1.12's YAML
+//! with its keys (names unquoted, as 1.12 writes them; only `version` is
+//! quoted). Counts come from the queue (the scheduler's live jobs, the
+//! store's buried ones), so they hold across every node; the counters delayq
+//! does not keep (per-job timeouts, releases and kicks, the binlog, resource
+//! usage) read 0.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -118,7 +119,7 @@ impl Session {
         let reserves = if job.state == JobState::Reserved { job.attempt } else { job.attempt.saturating_sub(1) };
         reply::dictionary(&[
             ("id", id.to_string()),
-            ("tube", quoted(job.topic.as_str())),
+            ("tube", job.topic.as_str().to_owned()),
             ("state", state.to_owned()),
             ("pri", beanstalk_priority(job.priority).to_string()),
             ("age", now.since(job.create_time).as_secs().to_string()),
@@ -150,7 +151,7 @@ impl Session {
             None => (0, std::time::Duration::ZERO),
         };
         reply::dictionary(&[
-            ("name", quoted(tube)),
+            ("name", tube.to_owned()),
             ("current-jobs-urgent", "0".to_owned()),
             ("current-jobs-ready", counts.ready.to_string()),
             ("current-jobs-reserved", counts.reserved.to_string()),
@@ -211,9 +212,9 @@ impl Session {
             ("binlog-max-size", "0".to_owned()),
             ("draining", self.shared.shutdown.is_cancelled().to_string()),
             ("id", self.queue().settings().node.clone()),
-            ("hostname", quoted(&self.queue().settings().node)),
-            ("os", quoted(std::env::consts::OS)),
-            ("platform", quoted(std::env::consts::ARCH)),
+            ("hostname", self.queue().settings().node.clone()),
+            ("os", std::env::consts::OS.to_owned()),
+            ("platform", std::env::consts::ARCH.to_owned()),
         ]);
         reply::dictionary(&entries)
     }
