@@ -161,6 +161,11 @@ async fn hostile_input_gets_beanstalkd_errors_and_the_connection_keeps_serving()
     client.send(b"\r\n").await;
     assert_eq!(client.line().await, "BAD_FORMAT", "a line past 224 bytes");
     assert_eq!(client.command("list-tube-used").await, "USING default", "still serving");
+    for tube in 1..256 {
+        assert_eq!(client.command(&format!("watch t{tube}")).await, format!("WATCHING {}", tube + 1));
+    }
+    assert_eq!(client.command("watch one-too-many").await, "OUT_OF_MEMORY", "at most 256 tubes watched");
+    assert_eq!(client.command("reserve-with-timeout 0").await, "TIMED_OUT", "a reserve over them all");
     assert_eq!(client.command("peek-ready").await, "NOT_FOUND", "nothing refused was stored");
     assert!(server.terminate().await);
 }

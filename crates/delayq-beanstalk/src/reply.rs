@@ -11,6 +11,7 @@ pub(crate) const TOUCHED: &[u8] = b"TOUCHED\r\n";
 pub(crate) const NOT_IGNORED: &[u8] = b"NOT_IGNORED\r\n";
 pub(crate) const PAUSED: &[u8] = b"PAUSED\r\n";
 pub(crate) const INTERNAL_ERROR: &[u8] = b"INTERNAL_ERROR\r\n";
+pub(crate) const OUT_OF_MEMORY: &[u8] = b"OUT_OF_MEMORY\r\n";
 pub(crate) const BAD_FORMAT: &[u8] = b"BAD_FORMAT\r\n";
 pub(crate) const UNKNOWN_COMMAND: &[u8] = b"UNKNOWN_COMMAND\r\n";
 pub(crate) const EXPECTED_CRLF: &[u8] = b"EXPECTED_CRLF\r\n";

@@ -18,9 +18,11 @@ use crate::shared::Shared;
 
 /// How close to its ttr a held job makes `reserve` answer `DEADLINE_SOON`.
 const SAFETY_MARGIN: Duration = Duration::from_secs(1);
-/// How often a `reserve` that watches several tubes looks at each: the queue
-/// waits on one topic at a time.
+/// How often a `reserve` that watches several tubes looks at each, per tube
+/// watched (the queue waits on one topic at a time), up to [`MAX_POLL`].
 const POLL: Duration = Duration::from_millis(5);
+/// The longest pause between two looks of a `reserve` on many tubes.
+const MAX_POLL: Duration = Duration::from_millis(100);
 
 impl Session {
     /// Reserves the next job of the watched tubes, waiting up to `timeout`
@@ -62,7 +64,10 @@ impl Session {
                     Err(QueueError::Busy { .. }) => tokio::time::sleep(POLL.min(wait)).await,
                     Err(error) => return refused(error),
                 },
-                _ => tokio::time::sleep(POLL.min(wait)).await,
+                _ => {
+                    let pause = POLL.saturating_mul(u32::try_from(topics.len()).unwrap_or(u32::MAX)).min(MAX_POLL);
+                    tokio::time::sleep(pause.min(wait)).await
+                }
             }
         }
     }

@@ -26,6 +26,9 @@ use crate::shared::Shared;
 pub(crate) const DEFAULT_TUBE: &str = "default";
 /// How many jobs `kick` reads at a time.
 const KICK_PAGE: usize = 500;
+/// The most tubes one connection may watch: each is looked at while it
+/// reserves, so the bound keeps one client from making every wait costly.
+pub(crate) const MAX_WATCHED_TUBES: usize = 256;
 /// How many ready jobs `peek-ready` looks among for the most urgent.
 const PEEK_READY_PAGE: usize = 1_000;
 
@@ -146,6 +149,9 @@ impl Session {
             return reply::BAD_FORMAT.to_vec();
         }
         if !self.watched.contains(&tube) {
+            if self.watched.len() >= MAX_WATCHED_TUBES {
+                return reply::OUT_OF_MEMORY.to_vec();
+            }
             self.shared.change_tube(&tube, |use_| use_.watching += 1);
             self.watched.push(tube);
         }
