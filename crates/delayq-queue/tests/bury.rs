@@ -2,7 +2,8 @@
 //! the `delete` of a buried job): a buried job is dead at once, out of the
 //! scheduler, listed with the dead, handed out again only once retried; only
 //! the delivery a consumer holds can be buried; a dead job deleted is gone
-//! from the dead.
+//! from the dead. Reserving a job by its id (`reserve-job`): a delayed, ready
+//! or dead job is reserved at once and no pop gets it; a reserved one is not.
 //!
 //! Runs on the memory scheduler with SQLite, and, when the services are set,
 //! with MariaDB, on Redis (with either store) and on Redis Cluster.
@@ -89,4 +90,41 @@ async fn a_buried_job_is_dead_until_retried_and_a_dead_job_can_be_deleted() {
 /// Pushes a ready job to `topic` and returns its id.
 async fn pushed_live(queue: &DelayQueue, topic: &delayq_common::Topic) -> delayq_common::JobId {
     queue.push(common::push_request(topic, None, "live".to_owned(), Duration::ZERO)).await.expect("push").id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_or_dead_job_is_reserved_by_its_id() {
+    on_every_deployment(|deployment| async move {
+        let name = &deployment.name;
+        let queue = DelayQueue::new(
+            Arc::clone(&deployment.scheduler),
+            Arc::clone(&deployment.store),
+            Snowflake::new(10),
+            QueueSettings::default(),
+        );
+        let topic = common::topic(&format!("byid.{}", common::unique_prefix().replace([':', '-'], "_")));
+        let push = |body: &str, delay: Duration| common::push_request(&topic, None, body.to_owned(), delay);
+        let delayed = queue.push(push("delayed", Duration::from_secs(60))).await.expect("push").id;
+        let ready = queue.push(push("ready", Duration::ZERO)).await.expect("push").id;
+
+        let reserved = queue.reserve_job(&delayed).await.expect("reserve a delayed job");
+        assert_eq!((reserved.state, reserved.body.as_str()), (JobState::Reserved, "delayed"), "{name}");
+        assert_eq!(queue.get(&delayed).await.expect("get").job.state, JobState::Reserved, "{name}");
+        assert_wrong_state(name, "a reserved job", queue.reserve_job(&delayed).await, JobState::Reserved);
+        queue.finish(&delayed, Some(reserved.attempt), None).await.expect("finish what was reserved by id");
+
+        let reserved = queue.reserve_job(&ready).await.expect("reserve a ready job");
+        assert!(queue.pop(&topic, 1, Duration::ZERO).await.expect("pop").is_empty(), "{name}: no pop gets it");
+        queue.bury(&ready, Some(reserved.attempt)).await.expect("bury");
+        let again = queue.reserve_job(&ready).await.expect("reserve a dead job");
+        assert_eq!(again.state, JobState::Reserved, "{name}");
+        queue.finish(&ready, Some(again.attempt), None).await.expect("finish");
+        assert_wrong_state(name, "a finished job", queue.reserve_job(&ready).await, JobState::Finished);
+        match queue.reserve_job(&delayq_common::JobId::parse("no-such-job").expect("id")).await {
+            Err(QueueError::NotFound(_)) => {}
+            other => panic!("{name}: an unknown id is not found, got {other:?}"),
+        }
+        queue.close().await;
+    })
+    .await;
 }

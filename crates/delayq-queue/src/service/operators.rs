@@ -1,6 +1,6 @@
 //! What an operator does to jobs: run a delayed job now, give a dead job
 //! another round of deliveries, one or every dead job of a topic, delete one
-//! dead job, delete a topic's dead jobs.
+//! dead job, delete a topic's dead jobs, reserve one job by its id.
 
 use delayq_common::{Due, ErrorKind};
 use delayq_store::StoreError;
@@ -72,6 +72,40 @@ impl DelayQueue {
             Ok(_) => {}
         }
         self.delete(id).await
+    }
+
+    /// Reserves one job by its id (beanstalkd's `reserve-job`): a ready or
+    /// delayed job is handed out at once, a dead one after a new round is
+    /// given to it; its ttr runs from now, as after a pop.
+    ///
+    /// The scheduler lets go of the waiting job, the store records the
+    /// reservation, and the scheduler takes the job back reserved: no pop
+    /// can take it in between. A crash in between leaves the store saying it
+    /// waits, and the reconciliation brings it back so.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` when it is
+    /// reserved or ended (a dead job retried meanwhile by another caller included).
+    pub async fn reserve_job(&self, id: &JobId) -> QueueResult<Job> {
+        if self.current(id).await?.state == JobState::Dead {
+            self.retry_dead(id).await?;
+        }
+        let _id_guard = self.id_locks.lock(id).await;
+        let _transition = self.transitions.read().await;
+        self.store.check_journal_room()?;
+        let current = self.current(id).await?;
+        if !matches!(current.state, JobState::Delay | JobState::Ready) {
+            return Err(QueueError::WrongState { id: id.clone(), state: current.state });
+        }
+        // A job only the store holds (beyond the horizon) has nothing to let go of.
+        self.forget_in_scheduler(id).await?;
+        let now = Timestamp::now();
+        let mut reserved = current;
+        reserved.state = JobState::Reserved;
+        reserved.updated_at = now;
+        self.store.record(vec![StateChange::of(&reserved, now)]).await?;
+        self.scheduler.restore(&reserved).await?;
+        Ok(reserved)
     }
 
     /// Retries every job of `topic` that is dead now; returns how many.
