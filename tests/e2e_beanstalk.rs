@@ -106,8 +106,12 @@ async fn round_trip(addr: &str) {
     assert_eq!(worker.reserve(5).await, Ok((parked, "parked".to_owned())));
     assert_eq!(worker.command(&format!("delete {parked}")).await, "DELETED");
     assert_eq!(producer.command(&format!("delete {parked}")).await, "NOT_FOUND");
-    // delayq hands out the next job of a tube, never one named by id.
-    assert_eq!(worker.command(&format!("reserve-job {parked}")).await, "UNKNOWN_COMMAND");
+    assert_eq!(worker.command(&format!("reserve-job {parked}")).await, "NOT_FOUND", "deleted");
+    let by_id = producer.put(1024, "60", 60, "by-id").await;
+    let (reserved, body) = worker.command_with_data(&format!("reserve-job {by_id}")).await;
+    assert_eq!((reserved, body), (format!("RESERVED {by_id} 5"), Some(b"by-id".to_vec())), "a delayed job by id");
+    assert_eq!(worker.command(&format!("reserve-job {by_id}")).await, "NOT_FOUND", "reserved already");
+    assert_eq!(worker.command(&format!("delete {by_id}")).await, "DELETED");
 
     // A paused tube hands out nothing until the pause runs out.
     assert_eq!(producer.command("pause-tube jobs 1").await, "PAUSED");

@@ -149,6 +149,13 @@ fn round_trip() -> Vec<Step> {
         pause(2_500),
         line("reserve-with-timeout 2"),
         line("delete $5"),
+        // A delayed job reserved by its id, and ids that name no waiting job.
+        put(1024, 30, 60, "byid"),
+        line("reserve-job $6"),
+        line("reserve-job $6"),
+        line("delete $6"),
+        line("reserve-job $6"),
+        line("reserve-job 99"),
         line("pause-tube conformance 0"),
         line("watch default"),
         line("ignore conformance"),

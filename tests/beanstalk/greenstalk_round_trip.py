@@ -78,8 +78,11 @@ def round_trip(address, tube):
         job = worker.reserve(timeout=5)
         check(job.id == parked, "kick-job")
         worker.delete(job.id)
-        # delayq hands out the next job of a tube, never one named by id.
-        expect_error(greenstalk.UnknownCommandError, worker.reserve_job, parked)
+        expect_error(greenstalk.NotFoundError, worker.reserve_job, parked)
+        by_id = producer.put("by id", delay=60)
+        job = worker.reserve_job(by_id)
+        check((job.id, job.body) == (by_id, "by id"), "reserve-job")
+        worker.delete(job)
 
         producer.pause_tube(tube, 1)
         paused_at = time.monotonic()

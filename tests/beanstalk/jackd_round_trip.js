@@ -92,8 +92,11 @@ async function roundTrip () {
   job = await worker.reserveWithTimeout(5)
   assert.strictEqual(job.id, parked)
   await worker.delete(job.id)
-  // delayq hands out the next job of a tube, never one named by id.
-  await expectError('UNKNOWN_COMMAND', worker.reserveJob(parked))
+  await expectError('NOT_FOUND', worker.reserveJob(parked))
+  const byId = await producer.put('by id', { delay: 60 })
+  job = await worker.reserveJob(byId)
+  assert.deepStrictEqual([job.id, job.payload.toString()], [byId, 'by id'])
+  await worker.delete(job.id)
 
   assert.ok((await producer.listTubes()).includes(`- ${tube}\n`))
   assert.ok(Number(field(await producer.stats(), 'cmd-put')) >= 3)

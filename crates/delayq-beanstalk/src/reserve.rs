@@ -1,6 +1,7 @@
 //! `reserve` and `reserve-with-timeout`: the next job of the watched tubes,
 //! waiting for one as long as the client asked; `DEADLINE_SOON` when a job
 //! this connection holds is within a second of its ttr, as beanstalkd.
+//! `reserve-job`: one job by its id.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use delayq_queue::QueueError;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::mapping::beanstalk_id;
+use crate::mapping::{beanstalk_id, job_id};
 use crate::reply;
 use crate::session::{refused, Held, Session};
 use crate::shared::Shared;
@@ -69,6 +70,21 @@ impl Session {
                     tokio::time::sleep(pause.min(wait)).await
                 }
             }
+        }
+    }
+
+    /// `reserve-job`: reserves a ready, delayed or buried job by its id,
+    /// whatever tube it is in; a reserved job is not found.
+    pub(crate) async fn reserve_job(&mut self, id: u64) -> Vec<u8> {
+        self.become_worker();
+        let Some(job_id) = job_id(id) else { return reply::NOT_FOUND.to_vec() };
+        match self.queue().reserve_job(&job_id).await {
+            Ok(job) => {
+                let deadline = Instant::now() + job.ttr;
+                self.reserved.insert(id, Held { id: job.id.clone(), attempt: job.attempt, deadline });
+                reply::job("RESERVED", id, job.body.as_bytes())
+            }
+            Err(error) => refused(error),
         }
     }
 

@@ -89,8 +89,7 @@ impl Session {
             Command::PeekBuried => self.peek_first(JobState::Dead).await,
             Command::Kick(bound) => self.kick(bound).await,
             Command::KickJob(id) => self.kick_job(id).await,
-            // delayq hands out the next job of a topic, never one named by id.
-            Command::ReserveJob(_) => reply::UNKNOWN_COMMAND.to_vec(),
+            Command::ReserveJob(id) => self.reserve_job(id).await,
             Command::StatsJob(id) => self.stats_job(id).await,
             Command::StatsTube(tube) => self.stats_tube(&tube).await,
             Command::Stats => self.stats().await,
