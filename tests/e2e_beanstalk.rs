@@ -171,6 +171,10 @@ async fn hostile_input_gets_beanstalkd_errors_and_the_connection_keeps_serving()
     assert_eq!(client.command("watch one-too-many").await, "OUT_OF_MEMORY", "at most 256 tubes watched");
     assert_eq!(client.command("reserve-with-timeout 0").await, "TIMED_OUT", "a reserve over them all");
     assert_eq!(client.command("peek-ready").await, "NOT_FOUND", "nothing refused was stored");
+    client.send(b"put 0 4294967295 1 1\r\nx\r\n").await;
+    assert_eq!(client.line().await, "BAD_FORMAT", "a delay past limits.max_delay_ms");
+    assert_eq!(client.command("pause-tube default 4294967295").await, "PAUSED", "the longest pause");
+    assert_eq!(client.command("reserve-with-timeout 0").await, "TIMED_OUT");
     assert!(server.terminate().await);
 }
 
