@@ -51,11 +51,7 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     shared.connections.current.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Why the loop ended without an I/O error: the client quit or went silent, or the node stops.
-fn ended() -> io::Result<()> {
-    Ok(())
-}
-
+/// Serves commands until the client quits, closes or goes silent, or the node stops.
 async fn run<R, W>(session: &mut Session, reader: &mut R, writer: &mut W) -> io::Result<()>
 where
     R: AsyncBufRead + Unpin,
@@ -65,53 +61,52 @@ where
     let idle = shared.config.idle_timeout;
     loop {
         let next = tokio::select! {
-            _ = shared.shutdown.cancelled() => return ended(),
+            _ = shared.shutdown.cancelled() => return Ok(()),
             next = tokio::time::timeout(idle, read_line(reader)) => next,
         };
-        let line = match next {
-            Err(_idle) => return ended(),
-            Ok(line) => line?,
-        };
-        let reply = match line {
-            Line::Closed => return ended(),
-            Line::TooLong => reply::BAD_FORMAT.to_vec(),
-            Line::Complete(line) => match command::parse(&line) {
-                Err(Refusal::BadFormat) => reply::BAD_FORMAT.to_vec(),
-                Err(Refusal::UnknownCommand) => reply::UNKNOWN_COMMAND.to_vec(),
-                Ok(Command::Quit) => return ended(),
-                Ok(command) => {
-                    count(&shared, &command);
-                    match command {
-                        Command::Put { pri, delay, ttr, bytes, trailing } => {
-                            let Some(body) = read_body(&shared, reader, bytes, trailing).await? else {
-                                return ended();
-                            };
-                            match body {
-                                Ok(body) => session.put(pri, delay, ttr, body).await,
-                                Err(refusal) => refusal.to_vec(),
-                            }
-                        }
-                        Command::Reserve(timeout) => {
-                            let Some(reply) = reserve_until_hang_up(session, reader, timeout).await else {
-                                return ended();
-                            };
-                            reply
-                        }
-                        command => session.execute(command).await,
-                    }
-                }
-            },
-        };
+        let Ok(line) = next else { return Ok(()) };
+        let Some(reply) = answer(session, reader, line?).await? else { return Ok(()) };
         let written = tokio::time::timeout(idle, async {
             writer.write_all(&reply).await?;
             writer.flush().await
         })
         .await;
-        match written {
-            Ok(result) => result?,
-            Err(_idle) => return ended(),
-        }
+        let Ok(written) = written else { return Ok(()) };
+        written?;
     }
+}
+
+/// Runs the command of `line` (reading its body, for a `put`); returns its
+/// reply, or `None` when the connection ends instead.
+async fn answer<R: AsyncBufRead + Unpin>(
+    session: &mut Session,
+    reader: &mut R,
+    line: Line,
+) -> io::Result<Option<Vec<u8>>> {
+    let line = match line {
+        Line::Closed => return Ok(None),
+        Line::TooLong => return Ok(Some(reply::BAD_FORMAT.to_vec())),
+        Line::Complete(line) => line,
+    };
+    let command = match command::parse(&line) {
+        Err(Refusal::BadFormat) => return Ok(Some(reply::BAD_FORMAT.to_vec())),
+        Err(Refusal::UnknownCommand) => return Ok(Some(reply::UNKNOWN_COMMAND.to_vec())),
+        Ok(Command::Quit) => return Ok(None),
+        Ok(command) => command,
+    };
+    count(&session.shared, &command);
+    Ok(match command {
+        Command::Put { pri, delay, ttr, bytes, trailing } => {
+            let shared = Arc::clone(&session.shared);
+            match read_body(&shared, reader, bytes, trailing).await? {
+                None => None,
+                Some(Ok(body)) => Some(session.put(pri, delay, ttr, body).await),
+                Some(Err(refusal)) => Some(refusal.to_vec()),
+            }
+        }
+        Command::Reserve(timeout) => reserve_until_hang_up(session, reader, timeout).await,
+        command => Some(session.execute(command).await),
+    })
 }
 
 /// Counts a command for `stats`.
