@@ -224,3 +224,30 @@ async fn a_beanstalk_listener_beyond_loopback_is_refused_unless_allowed() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("beanstalk.allow_remote"), "the refusal names the way out: {stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_jobs_are_seen_over_beanstalk_and_one_without_a_numeric_id_is_given_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, addr) = start(dir.path(), &[]).await;
+    let client = server.client();
+    let push = serde_json::json!({"topic": "mixed", "body": "from rest", "priority": 0});
+    let (status, pushed) = client.post("/push", &push).await.expect("push");
+    assert_eq!(status, 200, "{pushed}");
+    let rest_id: u64 = pushed["data"]["id"].as_str().and_then(|id| id.parse().ok()).expect("a numeric id");
+    let mut worker = Beanstalk::connect(&addr).await;
+    assert_eq!(worker.command("watch mixed").await, "WATCHING 2");
+    assert_eq!(worker.reserve(5).await, Ok((rest_id, "from rest".to_owned())), "a generated id is a beanstalk id");
+    assert_eq!(worker.command(&format!("delete {rest_id}")).await, "DELETED");
+    let (status, finished) = client.get(&format!("/jobs/{rest_id}")).await.expect("get");
+    assert_eq!((status, finished["data"]["state"].as_str()), (200, Some("finished")), "{finished}");
+
+    let named = serde_json::json!({"topic": "mixed", "id": "order-1", "body": "named"});
+    let (status, pushed) = client.post("/push", &named).await.expect("push");
+    assert_eq!(status, 200, "{pushed}");
+    assert_eq!(worker.reserve(1).await, Err("TIMED_OUT".to_owned()), "a job without a numeric id is not handed out");
+    let (_, job) = client.get("/jobs/order-1").await.expect("get");
+    let state = job["data"]["state"].as_str();
+    assert!(matches!(state, Some("delay" | "ready")), "given back, still waiting: {job}");
+    assert!(job["data"]["attempt"].as_u64().is_some_and(|attempt| attempt >= 2), "each give-back counts: {job}");
+    assert!(server.terminate().await);
+}
