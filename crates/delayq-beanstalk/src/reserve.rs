@@ -143,7 +143,7 @@ impl Waiting {
 impl Drop for Waiting {
     fn drop(&mut self) {
         for tube in &self.tubes {
-            self.shared.change_tube(tube, |use_| use_.waiting -= 1);
+            self.shared.change_tube(tube, |use_| use_.waiting = use_.waiting.saturating_sub(1));
         }
     }
 }

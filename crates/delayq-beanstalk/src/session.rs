@@ -137,7 +137,7 @@ impl Session {
         if Topic::parse(tube.as_str()).is_err() {
             return reply::BAD_FORMAT.to_vec();
         }
-        self.shared.change_tube(&self.used, |use_| use_.using -= 1);
+        self.shared.change_tube(&self.used, |use_| use_.using = use_.using.saturating_sub(1));
         self.shared.change_tube(&tube, |use_| use_.using += 1);
         self.used = tube;
         reply::line(&format!("USING {}", self.used))
@@ -163,7 +163,7 @@ impl Session {
                 return reply::NOT_IGNORED.to_vec();
             }
             self.watched.remove(position);
-            self.shared.change_tube(tube, |use_| use_.watching -= 1);
+            self.shared.change_tube(tube, |use_| use_.watching = use_.watching.saturating_sub(1));
         }
         reply::line(&format!("WATCHING {}", self.watched.len()))
     }
@@ -380,9 +380,9 @@ impl Session {
                 }
             }
         }
-        self.shared.change_tube(&self.used, |use_| use_.using -= 1);
+        self.shared.change_tube(&self.used, |use_| use_.using = use_.using.saturating_sub(1));
         for tube in &self.watched {
-            self.shared.change_tube(tube, |use_| use_.watching -= 1);
+            self.shared.change_tube(tube, |use_| use_.watching = use_.watching.saturating_sub(1));
         }
         let connections = &self.shared.connections;
         if self.producer {
