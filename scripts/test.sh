@@ -106,12 +106,41 @@ ensure_chromium() { # the console's browser tests drive it through chromedriver
     || die "chromium does not start headless"
 }
 
+# The beanstalkd protocol tests: a real beanstalkd to compare replies with, and two client
+# libraries from the registries (greenstalk from PyPI, jackd from npm), pinned by
+# tests/beanstalk/requirements.txt and tests/beanstalk/package-lock.json.
+BEANSTALK_CLIENTS=${DELAYQ_BEANSTALK_CLIENTS_DIR:-/tmp/delayq-beanstalk-clients}
+
+ensure_beanstalkd() {
+  apt_install beanstalkd beanstalkd
+  # Debian's package may start a daemon of its own; the tests start theirs on free ports.
+  command -v beanstalkd >/dev/null || die "beanstalkd is not installed"
+}
+
+ensure_beanstalk_clients() {
+  apt_install python3 python3
+  apt_install node nodejs
+  apt_install npm npm
+  if [ ! -x "$BEANSTALK_CLIENTS/venv/bin/python" ]; then
+    log "creating the python client venv in $BEANSTALK_CLIENTS/venv"
+    python3 -m venv "$BEANSTALK_CLIENTS/venv" 2>/dev/null || {
+      apt_install /usr/lib/python3/dist-packages/venv python3-venv
+      python3 -m venv "$BEANSTALK_CLIENTS/venv" || die "cannot create a python venv"
+    }
+  fi
+  "$BEANSTALK_CLIENTS/venv/bin/pip" install -q -r tests/beanstalk/requirements.txt \
+    || die "cannot install the python beanstalk client"
+  (cd tests/beanstalk && npm ci --silent --no-audit --no-fund) || die "cannot install the node beanstalk client"
+}
+
 ensure_redis
 ensure_redis_cluster
 ensure_mariadb
 ensure_rabbitmq
 ensure_zookeeper
 ensure_chromium
+ensure_beanstalkd
+ensure_beanstalk_clients
 
 export DELAYQ_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 DELAYQ_TEST_REDIS_CLUSTER=$(printf 'redis://127.0.0.1:%s,' "${CLUSTER_PORTS[@]}")
@@ -123,6 +152,11 @@ DELAYQ_TEST_CHROMEDRIVER=$(command -v chromedriver)
 export DELAYQ_TEST_CHROMEDRIVER
 DELAYQ_TEST_CHROMIUM=$(command -v chromium)
 export DELAYQ_TEST_CHROMIUM
+export DELAYQ_TEST_BEANSTALKD
+DELAYQ_TEST_BEANSTALKD=$(command -v beanstalkd)
+export DELAYQ_TEST_BEANSTALK_PYTHON="$BEANSTALK_CLIENTS/venv/bin/python"
+DELAYQ_TEST_BEANSTALK_NODE=$(command -v node)
+export DELAYQ_TEST_BEANSTALK_NODE
 export DELAYQ_TEST_REQUIRE_SERVICES=1
 
 log "services up; building the workspace tests"

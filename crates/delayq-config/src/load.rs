@@ -15,7 +15,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "config/delayq.toml";
 use delayq_common::defaults::{MAX_GROUPS_PER_TOPIC, MAX_REDIS_SHARDS};
 
 /// The flat `DELAYQ_*` variables of the API contract and the keys they set.
-pub(crate) const FLAT_VARIABLES: [(&str, &str); 7] = [
+pub(crate) const FLAT_VARIABLES: [(&str, &str); 8] = [
     ("http_addr", "server.http_addr"),
     ("grpc_addr", "server.grpc_addr"),
     ("data_dir", "server.data_dir"),
@@ -23,12 +23,13 @@ pub(crate) const FLAT_VARIABLES: [(&str, &str); 7] = [
     ("redis_url", "scheduler.redis_url"),
     ("database_url", "store.database_url"),
     ("zookeeper", "zookeeper.connect"),
+    ("beanstalk_addr", "beanstalk.addr"),
 ];
 
 /// The keys whose values are text. figment reads every other variable as
 /// TOML-like data (`["t1"]` a list, `7` a number); these take the variable as it
 /// is, so that a node id or a key prefix of digits alone (`007`) stays that text.
-const TEXT_KEYS: [&str; 9] = [
+const TEXT_KEYS: [&str; 10] = [
     "server.http_addr",
     "server.grpc_addr",
     "server.data_dir",
@@ -38,6 +39,7 @@ const TEXT_KEYS: [&str; 9] = [
     "store.database_url",
     "zookeeper.connect",
     "zookeeper.root",
+    "beanstalk.addr",
 ];
 
 /// Why the configuration could not be loaded.
@@ -120,6 +122,15 @@ impl Config {
         }
         if self.server.grpc_addr != "off" && self.server.grpc_addr.parse::<std::net::SocketAddr>().is_err() {
             return invalid("server.grpc_addr", format!("must be host:port or off, got {:?}", self.server.grpc_addr));
+        }
+        if self.beanstalk.enabled() && self.beanstalk.addr.parse::<std::net::SocketAddr>().is_err() {
+            return invalid("beanstalk.addr", format!("must be host:port or off, got {:?}", self.beanstalk.addr));
+        }
+        if self.beanstalk.max_connections == 0 {
+            return invalid("beanstalk.max_connections", "must be at least 1".to_owned());
+        }
+        if self.beanstalk.idle_timeout_ms == 0 {
+            return invalid("beanstalk.idle_timeout_ms", "must be at least 1".to_owned());
         }
         if let Some(url) = &self.store.database_url {
             if !(url.starts_with("sqlite:") || url.starts_with("mysql://") || url.starts_with("mariadb://")) {

@@ -10,6 +10,7 @@ pub use delayq_common::defaults::{
 use delayq_common::{redact, JobDefaults, Limits, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
+use crate::beanstalk::BeanstalkConfig;
 use crate::forward::ForwardConfig;
 
 /// The default REST listen address.
@@ -70,6 +71,8 @@ pub struct Config {
     pub consumers: ConsumersConfig,
     /// The web console at `/console`.
     pub console: ConsoleConfig,
+    /// The beanstalkd protocol listener.
+    pub beanstalk: BeanstalkConfig,
     /// Consumer groups declared at start, by topic (`orders = ["billing", "shipping"]`).
     /// Declaring is all the file does: a group left out later stays declared
     /// until `DELETE /topics/{topic}/groups/{group}` drops it.

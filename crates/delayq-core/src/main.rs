@@ -21,6 +21,7 @@
 )]
 
 mod backends;
+mod beanstalk;
 mod cli;
 mod client;
 mod forward;

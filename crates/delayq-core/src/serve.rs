@@ -24,12 +24,13 @@ use tracing_subscriber::EnvFilter;
 
 use crate::backends::{build_leadership, build_scheduler, build_store, SchedulerBackend};
 use crate::node::NodeIdentity;
-use crate::{forward, guard, leader};
+use crate::{beanstalk, forward, guard, leader};
 
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     install_tracing();
     // Before anything is opened: a refused node touches neither its store nor a port.
     guard::check(&config.server, &config.auth)?;
+    beanstalk::check_exposure(&config)?;
     let metrics = install_metrics()?;
     let node = NodeIdentity::resolve(config.server.node_id.as_deref());
     info!(node = %node.name, worker_id = node.worker_id, "starting delayq");
@@ -84,7 +85,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let http_limits = HttpLimits::new(config.server.header_read_timeout_ms, config.server.max_connections);
     let http_server = tokio::spawn(delayq_controller::serve(listener, app, http_limits, root.child_token()));
     let grpc_addr = start_grpc(&config, Arc::clone(&queue), &tasks, root.child_token()).await?;
-    announce(&format!("delayq listening http={http_addr} grpc={grpc_addr}"))?;
+    let beanstalk = beanstalk::start(&config, Arc::clone(&queue), &tasks, root.child_token()).await?;
+    announce(&format!("delayq listening http={http_addr}{beanstalk} grpc={grpc_addr}"))?;
 
     root.cancelled().await;
     info!("shutting down");
@@ -127,7 +129,7 @@ fn http_app(queue: Arc<DelayQueue>, config: &Config, metrics: PrometheusHandle, 
 const LISTEN_BACKLOG: u32 = 1024;
 
 /// Binds a listener on `addr` (`ip:port`) with [`LISTEN_BACKLOG`].
-async fn listen(addr: &str) -> anyhow::Result<TcpListener> {
+pub(crate) async fn listen(addr: &str) -> anyhow::Result<TcpListener> {
     let address = tokio::net::lookup_host(addr).await?.next().context("the address resolves to nothing")?;
     let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     // As the standard library's bind does: a restarted node can bind its port

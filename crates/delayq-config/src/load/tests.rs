@@ -370,3 +370,23 @@ fn invalid_values_name_their_key() {
         Ok(())
     });
 }
+
+#[test]
+fn the_beanstalk_listener_is_off_unless_an_address_is_given() {
+    Jail::expect_with(|jail| {
+        assert!(!Config::load(None).expect("defaults").beanstalk.enabled());
+        jail.set_env("DELAYQ_BEANSTALK_ADDR", "127.0.0.1:11300");
+        jail.set_env("DELAYQ_BEANSTALK__IDLE_TIMEOUT_MS", "5000");
+        let config = Config::load(None).expect("valid");
+        assert_eq!(config.beanstalk.addr, "127.0.0.1:11300");
+        assert_eq!(config.beanstalk.idle_timeout_ms, 5_000);
+        jail.set_env("DELAYQ_BEANSTALK_ADDR", "localhost");
+        let error = Config::load(None).expect_err("no port");
+        assert!(error.to_string().contains("beanstalk.addr"), "{error}");
+        jail.set_env("DELAYQ_BEANSTALK_ADDR", "off");
+        jail.set_env("DELAYQ_BEANSTALK__MAX_CONNECTIONS", "0");
+        let error = Config::load(None).expect_err("no connections");
+        assert!(error.to_string().contains("beanstalk.max_connections"), "{error}");
+        Ok(())
+    });
+}

@@ -23,12 +23,13 @@
 //!
 //! Layout: this module holds the service, its settings and answers, and the
 //! operations on one job; `pop` the pop, `push` the single push and replace,
-//! `batch` the batch push's pipeline, `payloads` the reads of popped jobs'
-//! payloads, `restore` restore, reconciliation and clearAll, `settings` its
-//! knobs and bounds, `stats` the counts of `/stats`, `consumers` the registry
-//! of consumers, `operators` running a job now and retrying dead ones,
-//! `paused` paused topics, `groups` and `fan_out` consumer groups, `lookups`
-//! reads of jobs, `cached` what the store says that each node trusts for a second.
+//! `bury` burying a reserved job and deleting a dead one, `batch` the batch
+//! push's pipeline, `payloads` the reads of popped jobs' payloads, `restore`
+//! restore, reconciliation and clearAll, `settings` its knobs and bounds,
+//! `stats` the counts of `/stats`, `consumers` the registry of consumers,
+//! `operators` running a job now and retrying dead ones, `paused` paused
+//! topics, `groups` and `fan_out` consumer groups, `lookups` reads of jobs,
+//! `cached` what the store says that each node trusts for a second.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +56,7 @@ use crate::metrics as queue_metrics;
 use crate::scheduler::{check_attempt, Promotion, Scheduler};
 
 mod batch;
+mod bury;
 mod cached;
 mod consumers;
 mod due_soon;

@@ -1,6 +1,7 @@
 //! What an operator does to jobs: run a delayed job now, move a waiting job
 //! to a new due time, give a dead job another round of deliveries, one or
-//! every dead job of a topic, delete a topic's dead jobs.
+//! every dead job of a topic, delete one dead job, delete a topic's dead
+//! jobs, reserve one job by its id.
 
 use delayq_common::{Due, ErrorKind};
 use delayq_store::StoreError;
@@ -9,6 +10,8 @@ use super::*;
 
 /// How many dead jobs [`DelayQueue::retry_dead_of_topic`] reads at a time.
 const DEAD_PAGE: usize = 500;
+/// How far ahead [`DelayQueue::delete_dead`] parks a dead job it makes live to delete it.
+const PARKED_FOR: Duration = Duration::from_secs(86_400);
 
 impl DelayQueue {
     /// Makes a delayed job due now, keeping everything else about it.
@@ -62,6 +65,65 @@ impl DelayQueue {
             }
             other => other,
         }
+    }
+
+    /// Deletes one dead job: it ends `deleted`, with its history kept.
+    ///
+    /// The store moves only live jobs, so the job is made live again first,
+    /// due a day from now (no consumer can take it meanwhile), then deleted.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` when it is not dead.
+    pub async fn delete_dead(&self, id: &JobId) -> QueueResult<Job> {
+        let job = self.current(id).await?;
+        if job.state != JobState::Dead {
+            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
+        }
+        let parked = push_again(&job, Due::RunAt(Timestamp::now().plus(PARKED_FOR)));
+        match self.push(parked).await {
+            // Another retry or delete of the same job came first.
+            Err(QueueError::Store(StoreError::IdTaken(_))) => {
+                let state = self.current(id).await?.state;
+                return Err(QueueError::WrongState { id: id.clone(), state });
+            }
+            Err(error) => return Err(error),
+            Ok(_) => {}
+        }
+        self.delete(id).await
+    }
+
+    /// Reserves one job by its id (beanstalkd's `reserve-job`): a ready or
+    /// delayed job is handed out at once, a dead one after a new round is
+    /// given to it; its ttr runs from now, as after a pop.
+    ///
+    /// The scheduler lets go of the waiting job, the store records the
+    /// reservation, and the scheduler takes the job back reserved: no pop
+    /// can take it in between. A crash in between leaves the store saying it
+    /// waits, and the reconciliation brings it back so.
+    ///
+    /// # Errors
+    /// `NotFound` when no job ever had this id; `WrongState` when it is
+    /// reserved or ended (a dead job retried meanwhile by another caller included).
+    pub async fn reserve_job(&self, id: &JobId) -> QueueResult<Job> {
+        if self.current(id).await?.state == JobState::Dead {
+            self.retry_dead(id).await?;
+        }
+        let _id_guard = self.id_locks.lock(id).await;
+        let _transition = self.transitions.read().await;
+        self.store.check_journal_room()?;
+        let current = self.current(id).await?;
+        if !matches!(current.state, JobState::Delay | JobState::Ready) {
+            return Err(QueueError::WrongState { id: id.clone(), state: current.state });
+        }
+        // A job only the store holds (beyond the horizon) has nothing to let go of.
+        self.forget_in_scheduler(id).await?;
+        let now = Timestamp::now();
+        let mut reserved = current;
+        reserved.state = JobState::Reserved;
+        reserved.updated_at = now;
+        self.store.record(vec![StateChange::of(&reserved, now)]).await?;
+        self.scheduler.restore(&reserved).await?;
+        Ok(reserved)
     }
 
     /// Retries every job of `topic` that is dead now; returns how many.
