@@ -26,7 +26,7 @@ for dir in "$a" "$b"; do
     [ -x "$dir/$binary" ] || { echo "no $binary in $dir" >&2; exit 2; }
   done
 done
-fields='^ *(jobs_per_s|push_jobs_per_s|finish_jobs_per_s|unfinished_at_push_end|unreceived_at_push_end|in_hand_at_push_end|finish_after_push_ms|lateness_ms_p50|lateness_ms_p99|lateness_ms_max|early|missing|duplicates|drain_ms|server_cpu_us_per_job|redis_cpu_us_per_job|client_cpu_us_per_job) '
+fields='^ *(jobs_per_s|push_jobs_per_s|finish_jobs_per_s|unfinished_at_push_end|unreceived_at_push_end|in_hand_at_push_end|finish_after_push_ms|lateness_ms_p50|lateness_ms_p99|lateness_ms_max|group_p99_max_ms|early|missing|duplicates|drain_ms|server_cpu_us_per_job|redis_cpu_us_per_job|client_cpu_us_per_job) '
 results="$(mktemp -t delayq-pairs.XXXXXX)"
 trap 'rm -f "$results"' EXIT
 
