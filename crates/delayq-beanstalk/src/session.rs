@@ -186,7 +186,7 @@ impl Session {
             Err(error) => return refused(error),
         };
         let deleted = match job.state {
-            JobState::Delay | JobState::Ready => self.queue().delete(&job_id).await,
+            JobState::Delay | JobState::Ready => self.queue().delete(&job_id).await.map(|_| ()),
             JobState::Dead => self.queue().delete_dead(&job_id).await,
             _ => return reply::NOT_FOUND.to_vec(),
         };

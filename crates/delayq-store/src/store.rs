@@ -362,6 +362,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// [`JobStore::purge_ended`].
     async fn purge_dead(&self, topic: &Topic, limit: usize) -> Result<u64, StoreError>;
 
+    /// Deletes job `id` with its history if it is dead; returns whether it
+    /// did. Its id is then unknown, as after [`JobStore::purge_dead`].
+    async fn purge_dead_job(&self, id: &JobId) -> Result<bool, StoreError>;
+
     /// Checks that the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
 

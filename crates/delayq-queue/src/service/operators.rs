@@ -10,8 +10,6 @@ use super::*;
 
 /// How many dead jobs [`DelayQueue::retry_dead_of_topic`] reads at a time.
 const DEAD_PAGE: usize = 500;
-/// How far ahead [`DelayQueue::delete_dead`] parks a dead job it makes live to delete it.
-const PARKED_FOR: Duration = Duration::from_secs(86_400);
 
 impl DelayQueue {
     /// Makes a delayed job due now, keeping everything else about it.
@@ -67,29 +65,21 @@ impl DelayQueue {
         }
     }
 
-    /// Deletes one dead job: it ends `deleted`, with its history kept.
-    ///
-    /// The store moves only live jobs, so the job is made live again first,
-    /// due a day from now (no consumer can take it meanwhile), then deleted.
+    /// Deletes one dead job with its history, as
+    /// [`DelayQueue::delete_dead_of_topic`] does a topic's: its id is then
+    /// unknown. One statement removes it only while it is dead, so a retry
+    /// that came first keeps it, and no crash leaves it half deleted.
     ///
     /// # Errors
-    /// `NotFound` when no job ever had this id; `WrongState` when it is not dead.
-    pub async fn delete_dead(&self, id: &JobId) -> QueueResult<Job> {
-        let job = self.current(id).await?;
-        if job.state != JobState::Dead {
-            return Err(QueueError::WrongState { id: id.clone(), state: job.state });
+    /// `NotFound` when no job has this id; `WrongState` when it is not dead.
+    pub async fn delete_dead(&self, id: &JobId) -> QueueResult<()> {
+        // The timer's dead jobs are in the journal until it is written.
+        self.store.flush().await?;
+        if self.store.purge_dead_job(id).await? {
+            return Ok(());
         }
-        let parked = push_again(&job, Due::RunAt(Timestamp::now().plus(PARKED_FOR)));
-        match self.push(parked).await {
-            // Another retry or delete of the same job came first.
-            Err(QueueError::Store(StoreError::IdTaken(_))) => {
-                let state = self.current(id).await?.state;
-                return Err(QueueError::WrongState { id: id.clone(), state });
-            }
-            Err(error) => return Err(error),
-            Ok(_) => {}
-        }
-        self.delete(id).await
+        let state = self.current(id).await?.state;
+        Err(QueueError::WrongState { id: id.clone(), state })
     }
 
     /// Reserves one job by its id (beanstalkd's `reserve-job`): a ready or

@@ -67,6 +67,9 @@ const SELECT_EXPIRED_FOR_UPDATE: &str =
 /// The dead jobs of a topic to purge (`job_topic_status_id_idx`).
 const SELECT_DEAD_FOR_UPDATE: &str =
     "SELECT id, topic, status FROM job WHERE topic = ? AND status = 'dead' ORDER BY id LIMIT ? FOR UPDATE";
+/// One job to purge if it is dead (the primary key).
+const SELECT_DEAD_JOB_FOR_UPDATE: &str =
+    "SELECT id, topic, status FROM job WHERE id = ? AND status = 'dead' LIMIT ? FOR UPDATE";
 /// Counts that fell to 0 once their jobs were purged or pushed again.
 const DELETE_EMPTY_COUNTS: &str = "DELETE FROM job_ended_count WHERE jobs <= 0";
 /// The ended jobs among the ids that follow (`?, ?, …)`).
@@ -362,6 +365,7 @@ impl BatchDialect for MysqlDialect {
                 sqlx::query_as(SELECT_EXPIRED_FOR_UPDATE).bind(epoch_ms(*ended_before))
             }
             PurgeOf::DeadOf(topic) => sqlx::query_as(SELECT_DEAD_FOR_UPDATE).bind(topic.as_str()),
+            PurgeOf::DeadJob(id) => sqlx::query_as(SELECT_DEAD_JOB_FOR_UPDATE).bind(id.as_str()),
         };
         let expired: Vec<(Text, Text, Text)> =
             within(select.bind(sql_count(limit)).fetch_all(&mut tx.connection)).await?;

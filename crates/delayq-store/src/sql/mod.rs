@@ -209,6 +209,10 @@ impl<S: OverSql> JobStore for S {
         self.sql().writer.purge(PurgeOf::DeadOf(topic.clone()), limit).await
     }
 
+    async fn purge_dead_job(&self, id: &JobId) -> Result<bool, StoreError> {
+        Ok(self.sql().writer.purge(PurgeOf::DeadJob(id.clone()), 1).await? > 0)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.sql().reads.ping().await
     }

@@ -137,6 +137,8 @@ const SELECT_EXPIRED: &str = concat!(
 
 /// The dead jobs of a topic to purge (`job_topic_status_id_idx`).
 const SELECT_DEAD: &str = "SELECT id FROM job WHERE topic = ? AND status = 'dead' ORDER BY id LIMIT ?";
+/// One job to purge if it is dead.
+const SELECT_DEAD_JOB: &str = "SELECT id FROM job WHERE id = ? AND status = 'dead' LIMIT ?";
 
 /// The ended jobs among the ids that follow (`?, ?, …)`).
 const DELETE_ENDED_JOBS: &str = concat!("DELETE FROM job WHERE status NOT IN ", live_states!(), " AND id IN (");
@@ -319,6 +321,10 @@ impl BatchDialect for SqliteDialect {
             }
             PurgeOf::DeadOf(topic) => {
                 let select = sqlx::query_scalar(SELECT_DEAD).bind(topic.as_str()).bind(sql_count(limit));
+                select.fetch_all(tx.connection()).await?
+            }
+            PurgeOf::DeadJob(id) => {
+                let select = sqlx::query_scalar(SELECT_DEAD_JOB).bind(id.as_str()).bind(sql_count(limit));
                 select.fetch_all(tx.connection()).await?
             }
         };

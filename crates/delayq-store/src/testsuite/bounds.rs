@@ -113,6 +113,16 @@ pub async fn check_purge_dead_of_a_topic(store: Arc<dyn JobStore>) {
     }
     assert_eq!(counts_of(&*store, &topic).await, [(JobState::Ready, 1), (JobState::Finished, 1)]);
     assert_eq!(counts_of(&*store, &other).await, [(JobState::Dead, 1)], "another topic's dead job stays");
+
+    // One job: only when it is dead.
+    assert!(!store.purge_dead_job(&jobs[3].id).await.expect("purge one"), "a ready job stays");
+    assert!(!store.purge_dead_job(&jobs[2].id).await.expect("purge one"), "a finished job stays");
+    assert!(store.purge_dead_job(&others[0].id).await.expect("purge one"), "a dead job goes");
+    assert!(!store.purge_dead_job(&others[0].id).await.expect("purge one"), "once");
+    assert_eq!(store.get(&others[0].id).await.expect("get"), None, "{} is purged", others[0].id);
+    assert!(history_states(&*store, &others[0].id).await.is_empty(), "with its history");
+    assert!(counts_of(&*store, &other).await.is_empty(), "its count with it");
+    assert_eq!(counts_of(&*store, &topic).await, [(JobState::Ready, 1), (JobState::Finished, 1)]);
 }
 
 /// The ended counts follow every way a job ends, is pushed again over its

@@ -146,6 +146,8 @@ pub(crate) enum PurgeOf {
     EndedBefore(Timestamp),
     /// The dead jobs of this topic.
     DeadOf(Topic),
+    /// This job, if it is dead.
+    DeadJob(JobId),
 }
 
 #[async_trait]
