@@ -236,13 +236,28 @@ impl DelayQueue {
     /// is not its current delivery.
     #[instrument(skip(self, result))]
     pub async fn finish(&self, id: &JobId, attempt: Option<u32>, result: Option<String>) -> QueueResult<Job> {
+        let job = self.end_reserved(id, attempt, JobState::Finished, result).await?;
+        queue_metrics::record_finish();
+        self.activity.record(ActivityEvent::Finished, 1);
+        Ok(job)
+    }
+
+    /// Ends a reserved job as `ended` (with `attempt`, only that delivery of
+    /// it): in the store, then in the scheduler. Errors as [`DelayQueue::finish`].
+    pub(super) async fn end_reserved(
+        &self,
+        id: &JobId,
+        attempt: Option<u32>,
+        ended: JobState,
+        result: Option<String>,
+    ) -> QueueResult<Job> {
         let _id_guard = self.id_locks.lock(id).await;
         let _transition = self.transitions.read().await;
         let (mut job, _held) = self.live_job_or_stored(id).await?;
         require_reserved(&job)?;
         check_attempt(&job, attempt)?;
         let now = Timestamp::now();
-        job.state = JobState::Finished;
+        job.state = ended;
         job.result = result;
         job.updated_at = now;
         self.store.record(vec![StateChange::of(&job, now)]).await?;
@@ -261,8 +276,6 @@ impl DelayQueue {
             }
             Err(error) => return Err(error),
         }
-        queue_metrics::record_finish();
-        self.activity.record(ActivityEvent::Finished, 1);
         self.consumers.released(id);
         Ok(job)
     }
