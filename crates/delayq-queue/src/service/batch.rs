@@ -9,7 +9,7 @@ impl DelayQueue {
     ///
     /// # Errors
     /// The outer error only when no job could be written at all.
-    #[instrument(skip_all, fields(jobs = requests.len()))]
+    #[instrument(level = "debug", skip_all, fields(jobs = requests.len()))]
     pub async fn push_batch(
         &self,
         requests: Vec<Result<PushRequest, InvalidField>>,

@@ -11,7 +11,7 @@ impl DelayQueue {
     /// # Errors
     /// `NotFound` when no job ever had this id; `WrongState` when it is not
     /// reserved; `StaleAttempt` when `attempt` is not its current delivery.
-    #[instrument(skip(self))]
+    #[instrument(level = "debug", skip(self))]
     pub async fn bury(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
         // As a finish: the job leaves the scheduler, which holds only live jobs.
         self.end_reserved(id, attempt, JobState::Dead, None).await

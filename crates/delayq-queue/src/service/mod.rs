@@ -234,7 +234,7 @@ impl DelayQueue {
     /// `NotFound` when no job ever had this id; `WrongState` when it is not
     /// reserved (an ended job names its state); `StaleAttempt` when `attempt`
     /// is not its current delivery.
-    #[instrument(skip(self, result))]
+    #[instrument(level = "debug", skip(self, result))]
     pub async fn finish(&self, id: &JobId, attempt: Option<u32>, result: Option<String>) -> QueueResult<Job> {
         let job = self.end_reserved(id, attempt, JobState::Finished, result).await?;
         queue_metrics::record_finish();
@@ -282,7 +282,7 @@ impl DelayQueue {
 
     /// Gives a reserved job back for a retry after `delay` (or its backoff).
     /// With `attempt`, only that delivery of it (errors as [`DelayQueue::finish`]).
-    #[instrument(skip(self))]
+    #[instrument(level = "debug", skip(self))]
     pub async fn nack(&self, id: &JobId, attempt: Option<u32>, delay: Option<Duration>) -> QueueResult<Job> {
         let _id_guard = self.id_locks.lock(id).await;
         let _transition = self.transitions.read().await;
@@ -340,7 +340,7 @@ impl DelayQueue {
 
     /// Restarts the ttr clock of a reserved job. With `attempt`, only that
     /// delivery of it (errors as [`DelayQueue::finish`]).
-    #[instrument(skip(self))]
+    #[instrument(level = "debug", skip(self))]
     pub async fn touch(&self, id: &JobId, attempt: Option<u32>) -> QueueResult<Job> {
         match self.scheduler.touch(id, attempt).await {
             Err(QueueError::NotFound(_)) => {}
@@ -362,7 +362,7 @@ impl DelayQueue {
     /// # Errors
     /// `NotFound` when no job ever had this id; `WrongState` naming the state
     /// of an ended one that has no live delivery.
-    #[instrument(skip(self))]
+    #[instrument(level = "debug", skip(self))]
     pub async fn delete(&self, id: &JobId) -> QueueResult<Job> {
         match self.delete_one(id).await {
             Ok(job) => {

@@ -17,7 +17,7 @@ impl DelayQueue {
     /// has groups, see [`DelayQueue::declare_group`]), for the consumer that
     /// names itself `consumer`, which the registry of consumers notes
     /// ([`crate::consumers`]). A pause of the topic holds for its groups.
-    #[instrument(skip(self))]
+    #[instrument(level = "debug", skip(self))]
     pub async fn pop_for(
         &self,
         consumer: Option<&ConsumerName>,

@@ -6,7 +6,7 @@ impl DelayQueue {
     /// Adds one job, or updates a waiting one when the push says `replace`.
     ///
     /// The job is durable in the store before this returns `Ok`.
-    #[instrument(skip_all, fields(topic = %request.topic))]
+    #[instrument(level = "debug", skip_all, fields(topic = %request.topic))]
     pub async fn push(&self, request: PushRequest) -> QueueResult<Pushed> {
         let now = Timestamp::now();
         let _pushing = self.pushes.read().await;
