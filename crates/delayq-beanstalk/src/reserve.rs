@@ -27,48 +27,41 @@ const MAX_POLL: Duration = Duration::from_millis(100);
 
 impl Session {
     /// Reserves the next job of the watched tubes, waiting up to `timeout`
-    /// (forever without one).
+    /// (forever without one). Every round looks before it answers
+    /// `DEADLINE_SOON` or `TIMED_OUT`, as beanstalkd hands out a ready job first.
     pub(crate) async fn reserve(&mut self, timeout: Option<Duration>) -> Vec<u8> {
         self.become_worker();
         let _waiting = Waiting::new(Arc::clone(&self.shared), self.watched.clone());
         let give_up = timeout.map(|timeout| Instant::now() + timeout);
         let topics: Vec<Topic> = self.watched.iter().filter_map(|tube| Topic::parse(tube.as_str()).ok()).collect();
-        let deadline_soon = self.soonest_margin().is_some_and(|margin| margin <= Instant::now());
         loop {
-            match self.reserve_now(&topics).await {
-                Ok(Some(reply)) => return reply,
-                Ok(None) => {}
-                Err(reply) => return reply,
-            }
             let now = Instant::now();
+            let mut wait = give_up.map_or(MAX_POP_WAIT, |at| at.saturating_duration_since(now)).min(MAX_POP_WAIT);
+            let margin = self.soonest_margin();
+            let deadline_soon = margin.is_some_and(|margin| margin <= now);
+            if let Some(margin) = margin {
+                wait = wait.min(margin.saturating_duration_since(now));
+            }
+            let looked = match topics.as_slice() {
+                // One tube: the queue looks first, then waits on it, in one call.
+                [only] => self.reserve_in(only, wait).await,
+                _ => self.reserve_now(&topics).await,
+            };
+            match looked {
+                Ok(Some(reply)) | Err(reply) => return reply,
+                Ok(None) => {}
+            }
             if deadline_soon {
                 return reply::DEADLINE_SOON.to_vec();
             }
+            let now = Instant::now();
             if give_up.is_some_and(|at| at <= now) {
                 return reply::TIMED_OUT.to_vec();
             }
-            let mut wait = give_up.map_or(MAX_POP_WAIT, |at| at - now).min(MAX_POP_WAIT);
-            if let Some(margin) = self.soonest_margin() {
-                if margin <= now {
-                    return reply::DEADLINE_SOON.to_vec();
-                }
-                wait = wait.min(margin - now);
-            }
-            match topics.as_slice() {
-                [only] => match self.queue().pop(only, 1, wait).await {
-                    Ok(jobs) => {
-                        if let Some(reply) = self.hand_out(jobs).await {
-                            return reply;
-                        }
-                    }
-                    // Too many long-polls at once: this one looks again shortly.
-                    Err(QueueError::Busy { .. }) => tokio::time::sleep(POLL.min(wait)).await,
-                    Err(error) => return refused(error),
-                },
-                _ => {
-                    let pause = POLL.saturating_mul(u32::try_from(topics.len()).unwrap_or(u32::MAX)).min(MAX_POLL);
-                    tokio::time::sleep(pause.min(wait)).await
-                }
+            if topics.len() != 1 {
+                let tubes = u32::try_from(topics.len()).unwrap_or(u32::MAX).max(1);
+                let pause = POLL.saturating_mul(tubes).min(MAX_POLL);
+                tokio::time::sleep(pause.min(wait)).await;
             }
         }
     }
@@ -85,6 +78,22 @@ impl Session {
                 reply::job("RESERVED", id, job.body.as_bytes())
             }
             Err(error) => refused(error),
+        }
+    }
+
+    /// Reserves a job of `topic`, waiting up to `wait` for one.
+    async fn reserve_in(&mut self, topic: &Topic, wait: Duration) -> Result<Option<Vec<u8>>, Vec<u8>> {
+        match self.queue().pop(topic, 1, wait).await {
+            Ok(jobs) => Ok(self.hand_out(jobs).await),
+            // Too many long-polls at once: this one looks without waiting, then again shortly.
+            Err(QueueError::Busy { .. }) => {
+                let found = self.reserve_now(std::slice::from_ref(topic)).await?;
+                if found.is_none() {
+                    tokio::time::sleep(POLL.min(wait)).await;
+                }
+                Ok(found)
+            }
+            Err(error) => Err(refused(error)),
         }
     }
 
