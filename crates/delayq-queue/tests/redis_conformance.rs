@@ -105,6 +105,42 @@ async fn concurrent_single_schedules_are_each_answered() {
     assert_eq!(stats.iter().map(|topic| topic.delay).sum::<u64>(), 300);
 }
 
+/// Pops of many consumers that arrive together go to Redis together; the
+/// jobs are dealt out so that each pop gets at most its count, no job goes to
+/// two pops, and every ready job goes to one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pops_share_the_ready_jobs() {
+    let Some(url) = service(URL_VARIABLE) else { return };
+    let scheduler = Arc::new(connect(&url, &unique_prefix()).await);
+    let queue = topic("combined.pops");
+    let now = Timestamp::now();
+    for index in 0..50u32 {
+        scheduler.schedule(&job(&format!("p{index}"), &queue, now, 10)).await.expect("schedule");
+    }
+    eventually(Duration::from_secs(5), || async {
+        scheduler.promote_due(Timestamp::now(), 1000).await.expect("promote");
+        scheduler.stats().await.expect("stats").iter().map(|topic| topic.ready).sum::<u64>() == 50
+    })
+    .await;
+    let mut pops = tokio::task::JoinSet::new();
+    for index in 0..80usize {
+        let (scheduler, queue) = (Arc::clone(&scheduler), queue.clone());
+        let count = 1 + index % 3;
+        pops.spawn(async move { (count, scheduler.reserve(&queue, count, Duration::ZERO).await) });
+    }
+    let mut delivered = std::collections::HashSet::new();
+    while let Some(joined) = pops.join_next().await {
+        let (count, popped) = joined.expect("task");
+        let popped = popped.expect("reserve");
+        assert!(popped.len() <= count, "a pop of {count} got {}", popped.len());
+        for job in popped {
+            assert_eq!(job.state, JobState::Reserved);
+            assert!(delivered.insert(job.id.as_str().to_owned()), "{} went to two pops", job.id);
+        }
+    }
+    assert_eq!(delivered.len(), 50, "every ready job went to a pop");
+}
+
 /// A stale leader's timer rounds are refused once a newer term promoted, so it
 /// cannot promote a job its successor already handed out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
