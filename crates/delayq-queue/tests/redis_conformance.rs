@@ -105,14 +105,13 @@ async fn concurrent_single_schedules_are_each_answered() {
     assert_eq!(stats.iter().map(|topic| topic.delay).sum::<u64>(), 300);
 }
 
-/// Pops of many consumers that arrive together go to Redis together; the
-/// jobs are dealt out so that each pop gets at most its count, no job goes to
-/// two pops, and every ready job goes to one.
+/// Many consumers popping at once: each pop gets at most its count, no job
+/// goes to two pops, and every ready job goes to one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pops_share_the_ready_jobs() {
     let Some(url) = service(URL_VARIABLE) else { return };
     let scheduler = Arc::new(connect(&url, &unique_prefix()).await);
-    let queue = topic("combined.pops");
+    let queue = topic("concurrent.pops");
     let now = Timestamp::now();
     for index in 0..50u32 {
         scheduler.schedule(&job(&format!("p{index}"), &queue, now, 10)).await.expect("schedule");
