@@ -105,8 +105,10 @@ async fn concurrent_single_schedules_are_each_answered() {
     assert_eq!(stats.iter().map(|topic| topic.delay).sum::<u64>(), 300);
 }
 
-/// Many consumers popping at once: each pop gets at most its count, no job
-/// goes to two pops, and every ready job goes to one.
+/// Many consumers popping at once: each pop gets at most its count, and no
+/// job goes to two pops. A pop that does not wait may come back empty while
+/// another holds the node's hint of where the ready jobs are; the jobs left
+/// go to the pops after them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pops_share_the_ready_jobs() {
     let Some(url) = service(URL_VARIABLE) else { return };
@@ -137,7 +139,15 @@ async fn concurrent_pops_share_the_ready_jobs() {
             assert!(delivered.insert(job.id.as_str().to_owned()), "{} went to two pops", job.id);
         }
     }
-    assert_eq!(delivered.len(), 50, "every ready job went to a pop");
+    assert!(!delivered.is_empty(), "the pops found nothing");
+    // Longer than a consumer's rescan, so a pop that finds no hint looks again.
+    while delivered.len() < 50 {
+        let popped = scheduler.reserve(&queue, 100, Duration::from_secs(2)).await.expect("reserve");
+        assert!(!popped.is_empty(), "{} of 50 jobs delivered, then nothing", delivered.len());
+        for job in popped {
+            assert!(delivered.insert(job.id.as_str().to_owned()), "{} went to two pops", job.id);
+        }
+    }
 }
 
 /// A stale leader's timer rounds are refused once a newer term promoted, so it
