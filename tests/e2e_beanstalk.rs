@@ -113,6 +113,15 @@ async fn round_trip(addr: &str) {
     assert_eq!(worker.command(&format!("reserve-job {by_id}")).await, "NOT_FOUND", "reserved already");
     assert_eq!(worker.command(&format!("delete {by_id}")).await, "DELETED");
 
+    // A reservation whose ttr runs out is over: the job is ready for the next
+    // reserve, and the old reservation is gone.
+    let expires = producer.put(1024, "0", 1, "expires").await;
+    assert_eq!(worker.reserve(5).await, Ok((expires, "expires".to_owned())));
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(worker.command(&format!("touch {expires}")).await, "NOT_FOUND", "the ttr ran out");
+    assert_eq!(worker.reserve(5).await, Ok((expires, "expires".to_owned())));
+    assert_eq!(worker.command(&format!("delete {expires}")).await, "DELETED");
+
     // A paused tube hands out nothing until the pause runs out.
     assert_eq!(producer.command("pause-tube jobs 1").await, "PAUSED");
     assert_eq!(producer.command("pause-tube nosuchtube 1").await, "NOT_FOUND");

@@ -141,20 +141,16 @@ fn round_trip() -> Vec<Step> {
         line("reserve-with-timeout 5"),
         line("touch $4"),
         line("delete $4"),
-        // A reservation whose ttr ran out is over: the job is ready for the next reserve.
-        put(0, 0, 1, "expires"),
-        line("reserve-with-timeout 0"),
-        // (`touch` now differs: beanstalkd 1.12 may still hold the reservation of an
-        // idle connection past its ttr and answer TOUCHED; delayq gave it back.)
-        pause(2_500),
-        line("reserve-with-timeout 2"),
-        line("delete $5"),
+        // (A reservation whose ttr ran out is not compared: beanstalkd 1.12 may still
+        // hold the reservation of an idle connection past its ttr, and then answers
+        // the next reserve DEADLINE_SOON or TOUCHED a touch, depending on timing;
+        // delayq gives the job back on time, as e2e_beanstalk.rs checks.)
         // A delayed job reserved by its id, and ids that name no waiting job.
         put(1024, 30, 60, "byid"),
-        line("reserve-job $6"),
-        line("reserve-job $6"),
-        line("delete $6"),
-        line("reserve-job $6"),
+        line("reserve-job $5"),
+        line("reserve-job $5"),
+        line("delete $5"),
+        line("reserve-job $5"),
         line("reserve-job 99"),
         line("pause-tube conformance 0"),
         line("watch default"),
