@@ -22,20 +22,14 @@ use client::Beanstalk;
 struct Step {
     send: Vec<u8>,
     replies: usize,
-    /// How long to wait after the replies before the next step.
-    pause: Duration,
 }
 
 fn line(text: &str) -> Step {
-    Step { send: format!("{text}\r\n").into_bytes(), replies: 1, pause: Duration::ZERO }
+    Step { send: format!("{text}\r\n").into_bytes(), replies: 1 }
 }
 
 fn raw(bytes: &[u8], replies: usize) -> Step {
-    Step { send: bytes.to_vec(), replies, pause: Duration::ZERO }
-}
-
-fn pause(millis: u64) -> Step {
-    Step { send: Vec::new(), replies: 0, pause: Duration::from_millis(millis) }
+    Step { send: bytes.to_vec(), replies }
 }
 
 fn put(pri: u32, delay: u32, ttr: u32, body: &str) -> Step {
@@ -197,7 +191,6 @@ async fn run(addr: &str, script: &[Step]) -> Vec<String> {
             let command = String::from_utf8_lossy(&step.send).lines().next().unwrap_or_default().to_owned();
             transcript.push(format!("{command:?} -> {}", normalised(&reply, data.as_deref(), &ids)));
         }
-        tokio::time::sleep(step.pause).await;
     }
     transcript
 }
