@@ -66,6 +66,11 @@ pub(super) struct TopicSignal {
     pub(super) notify: Notify,
     /// Shards that may hold ready jobs of the topic.
     hints: Box<[AtomicBool]>,
+    /// How many pops of this node are looking at shards whose hints they took.
+    holders: Mutex<usize>,
+    /// Raised whenever such a look ends; it has hinted again every shard it
+    /// left with ready jobs.
+    pub(super) looked: Notify,
     /// When a full scan last ran, and under which subscription epoch.
     scanned: Mutex<Option<(Instant, u64)>>,
     last_used: Mutex<Instant>,
@@ -99,6 +104,8 @@ impl Signals {
         let signal = Arc::new(TopicSignal {
             notify: Notify::new(),
             hints,
+            holders: Mutex::new(0),
+            looked: Notify::new(),
             scanned: Mutex::new(None),
             last_used: Mutex::new(Instant::now()),
         });
@@ -187,13 +194,27 @@ impl TopicSignal {
         }
     }
 
-    /// Takes every hinted shard, in rotation order from `start`.
-    pub(super) fn take_hints(&self, start: usize) -> Vec<usize> {
+    /// Takes every hinted shard, in rotation order from `start`. When it took
+    /// any, the returned hold counts the look among the holders
+    /// ([`TopicSignal::held_elsewhere`]) until it is dropped.
+    pub(super) fn take_hints(&self, start: usize) -> (Vec<usize>, Option<Hold<'_>>) {
+        // Taken and counted under one lock: a pop that finds no hint then sees the holder.
+        let mut holders = lock(&self.holders);
         let shards = self.hints.len();
-        (0..shards)
+        let taken: Vec<usize> = (0..shards)
             .map(|step| (start + step) % shards)
             .filter(|&shard| self.hints.get(shard).is_some_and(|flag| flag.swap(false, Ordering::AcqRel)))
-            .collect()
+            .collect();
+        if taken.is_empty() {
+            return (taken, None);
+        }
+        *holders += 1;
+        (taken, Some(Hold { signal: self }))
+    }
+
+    /// Returns whether a pop of this node is looking at shards whose hints it took.
+    pub(super) fn held_elsewhere(&self) -> bool {
+        *lock(&self.holders) > 0
     }
 
     /// Returns whether any shard is hinted.
@@ -210,6 +231,20 @@ impl TopicSignal {
     /// Records a full scan that began at `started` under `epoch`.
     pub(super) fn record_scan(&self, started: Instant, epoch: Option<u64>) {
         *lock(&self.scanned) = epoch.map(|epoch| (started, epoch));
+    }
+}
+
+/// A look at shards whose hints it took ([`TopicSignal::take_hints`]).
+pub(super) struct Hold<'a> {
+    signal: &'a TopicSignal,
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        let mut holders = lock(&self.signal.holders);
+        *holders = holders.saturating_sub(1);
+        drop(holders);
+        self.signal.looked.notify_waiters();
     }
 }
 

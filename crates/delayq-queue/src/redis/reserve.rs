@@ -6,7 +6,10 @@
 //! scripts' ready signals, see `notify.rs`) and the time of its last full
 //! scan. A pop looks at the hinted shards; only when they yield nothing and
 //! no full scan is fresh does it look at every shard. A shard left with ready
-//! jobs is hinted again, so the next consumer goes straight to it.
+//! jobs is hinted again, so the next consumer goes straight to it. A pop whose
+//! time is up (at once, for one that does not wait) and that found nothing
+//! while another pop of the node held the hints waits for that look to end and
+//! looks again, so that it never answers none while jobs are ready.
 //!
 //! When several shards have ready jobs, their heads are read first and the
 //! `count` most urgent (priority, then run_at) are popped from the shards that
@@ -45,8 +48,24 @@ impl ScriptRunner {
             notified.as_mut().enable();
             let jobs = self.reserve_now(topic, &signal, count).await?;
             let now = Instant::now();
-            if !jobs.is_empty() || now >= deadline {
+            if !jobs.is_empty() {
                 return Ok(jobs);
+            }
+            if now >= deadline {
+                // Another pop of this node may have taken the hints of ready
+                // jobs it will not all take; it hints them again when its look
+                // ends. Answering none before that would leave them waiting
+                // for the next pop, however long that polls without waiting.
+                let looked = signal.looked.notified();
+                let held = signal.held_elsewhere();
+                let grace = deadline + self.timeout;
+                if (!held && !signal.has_hints()) || now >= grace {
+                    return Ok(jobs);
+                }
+                if held {
+                    let _ = tokio::time::timeout_at(grace, looked).await;
+                }
+                continue;
             }
             let nap = (deadline - now).min(RESCAN_EVERY);
             let _ = tokio::time::timeout(nap, notified).await;
@@ -58,7 +77,8 @@ impl ScriptRunner {
     async fn reserve_now(&self, topic: &Topic, signal: &TopicSignal, count: usize) -> QueueResult<Vec<Job>> {
         let start = self.next_start();
         let mut jobs = Vec::new();
-        let hinted = signal.take_hints(start);
+        // Held to the end of the look, after the shards it leaves jobs in are hinted again.
+        let (hinted, _hold) = signal.take_hints(start);
         let mut outcome = self.reserve_from(topic, signal, &hinted, count, &mut jobs).await;
         let epoch = self.signals.live_epoch();
         if outcome.is_ok() && jobs.is_empty() && !signal.scan_is_fresh(epoch) {
