@@ -6,10 +6,10 @@
 //! scripts' ready signals, see `notify.rs`) and the time of its last full
 //! scan. A pop looks at the hinted shards; only when they yield nothing and
 //! no full scan is fresh does it look at every shard. A shard left with ready
-//! jobs is hinted again, so the next consumer goes straight to it. A pop whose
-//! time is up (at once, for one that does not wait) and that found nothing
-//! while another pop of the node held the hints waits for that look to end and
-//! looks again, so that it never answers none while jobs are ready.
+//! jobs is hinted again, so the next consumer goes straight to it. A pop that
+//! does not wait and found nothing while another pop of the node held the
+//! hints waits for that look to end and looks again, so that it does not
+//! answer none while jobs are ready.
 //!
 //! When several shards have ready jobs, their heads are read first and the
 //! `count` most urgent (priority, then run_at) are popped from the shards that
@@ -42,20 +42,29 @@ impl ScriptRunner {
         let start = Instant::now();
         let deadline = start.checked_add(wait).unwrap_or(start + MAX_WAIT);
         loop {
-            // Listen before looking, so a signal raised in between is not missed.
+            // Listen before looking, so a signal raised in between is not
+            // missed. A pop that does not wait never listens: were it counted
+            // among the waiters, it could take the wakeup a look hands on to
+            // the next waiting pop.
             let notified = signal.notify.notified();
             tokio::pin!(notified);
-            notified.as_mut().enable();
+            if !wait.is_zero() {
+                notified.as_mut().enable();
+            }
             let jobs = self.reserve_now(topic, &signal, count).await?;
             let now = Instant::now();
             if !jobs.is_empty() {
                 return Ok(jobs);
             }
             if now >= deadline {
-                // Another pop of this node may have taken the hints of ready
-                // jobs it will not all take; it hints them again when its look
-                // ends. Answering none before that would leave them waiting
-                // for the next pop, however long that polls without waiting.
+                // A pop that waited was woken whenever a look left jobs behind.
+                if !wait.is_zero() {
+                    return Ok(jobs);
+                }
+                // One that does not wait may have come while another pop of
+                // this node held the hints of ready jobs it will not all take;
+                // that pop hints them again when its look ends. Answering none
+                // before that would leave them to the next poll, however late.
                 let looked = signal.looked.notified();
                 let held = signal.held_elsewhere();
                 let grace = deadline + self.timeout;
