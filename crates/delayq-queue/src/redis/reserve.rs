@@ -56,18 +56,14 @@ impl ScriptRunner {
             if !jobs.is_empty() {
                 return Ok(jobs);
             }
-            if now >= deadline {
-                // A pop that waited was woken whenever a look left jobs behind.
-                if !wait.is_zero() {
-                    return Ok(jobs);
-                }
-                // One that does not wait may have come while another pop of
+            if wait.is_zero() {
+                // A pop that does not wait may have come while another pop of
                 // this node held the hints of ready jobs it will not all take;
                 // that pop hints them again when its look ends. Answering none
                 // before that would leave them to the next poll, however late.
                 let looked = signal.looked.notified();
                 let held = signal.held_elsewhere();
-                let grace = deadline + self.timeout;
+                let grace = start + self.timeout;
                 if (!held && !signal.has_hints()) || now >= grace {
                     return Ok(jobs);
                 }
@@ -75,6 +71,10 @@ impl ScriptRunner {
                     let _ = tokio::time::timeout_at(grace, looked).await;
                 }
                 continue;
+            }
+            // A pop that waits was woken whenever a look left jobs behind.
+            if now >= deadline {
+                return Ok(jobs);
             }
             let nap = (deadline - now).min(RESCAN_EVERY);
             let _ = tokio::time::timeout(nap, notified).await;
