@@ -20,6 +20,8 @@
 //! - `client`: the HTTP client; `grpc`: the gRPC client; `procstat`: `/proc` and Redis `INFO` readings.
 //! - `report`: percentiles, tables, the median (min–max) summary and the JSON file.
 //! - `session`: `summarize`, the table of a whole session directory with its ratios.
+//! - `put_floor`: `put-floor`, a stand-in beanstalkd that only makes each put durable:
+//!   the floor a durable server's `put` is measured against.
 
 // Code reachable from a request, a broker reply or a database row must not panic (docs/contributing.md, "Panics").
 #![cfg_attr(
@@ -38,6 +40,7 @@ mod grpc;
 mod prng;
 mod procstat;
 mod pushers;
+mod put_floor;
 mod report;
 mod sampler;
 mod session;
@@ -76,6 +79,10 @@ enum Command {
     /// Summarizes a directory `scripts/session.sh` wrote: every series as median
     /// (min–max), and the push rates divided by the same repetition's ceiling and peer.
     Summarize(session::SummarizeArgs),
+    /// Serves the beanstalkd protocol's `put` and nothing more, answering `INSERTED`
+    /// once the job is durable in the given store: the floor of a durable `put`,
+    /// for the beanstalk peer drivers.
+    PutFloor(put_floor::PutFloorArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -201,6 +208,7 @@ fn main() -> ExitCode {
     let workload = match Cli::parse().command {
         Command::Workload(workload) => workload,
         Command::Summarize(args) => return exit_code(session::run(&args)),
+        Command::PutFloor(args) => return exit_code(put_floor::run(&args)),
     };
     let threads = workload.common().client_threads;
     let runtime = if threads <= 1 {

@@ -39,10 +39,18 @@ impl ProcessProbe {
     /// # Errors
     /// Returns [`BenchError::Io`] or [`BenchError::Protocol`] when `stat` is unreadable.
     pub(crate) fn cpu_seconds(&self) -> BenchResult<f64> {
+        self.cpu_split_seconds().map(|(user, system)| user + system)
+    }
+
+    /// Returns user and system CPU seconds so far, apart (fields 14 and 15 of `stat`).
+    ///
+    /// # Errors
+    /// Returns [`BenchError::Io`] or [`BenchError::Protocol`] when `stat` is unreadable.
+    pub(crate) fn cpu_split_seconds(&self) -> BenchResult<(f64, f64)> {
         let stat = self.read("stat")?;
-        let ticks = parse_stat_cpu_ticks(&stat)
+        let (user, system) = parse_stat_cpu_split(&stat)
             .ok_or_else(|| BenchError::Protocol { from: format!("{}/stat", self.proc_dir), detail: stat.clone() })?;
-        Ok(ticks as f64 / self.clock_ticks as f64)
+        Ok((user as f64 / self.clock_ticks as f64, system as f64 / self.clock_ticks as f64))
     }
 
     /// Returns the resident set size in bytes (`VmRSS` of `status`).
@@ -72,15 +80,15 @@ fn clock_ticks_per_second() -> u64 {
     String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(DEFAULT_CLOCK_TICKS)
 }
 
-/// Returns utime + stime in ticks from the text of `/proc/<pid>/stat`.
-fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+/// Returns utime and stime in ticks from the text of `/proc/<pid>/stat`.
+fn parse_stat_cpu_split(stat: &str) -> Option<(u64, u64)> {
     // The command name (field 2) may hold spaces and parentheses; fields after the last
     // ')' start at field 3, so utime (14) and stime (15) are the 12th and 13th of them.
     let (_, after_name) = stat.rsplit_once(')')?;
     let mut fields = after_name.split_whitespace().skip(11);
     let user_ticks: u64 = fields.next()?.parse().ok()?;
     let system_ticks: u64 = fields.next()?.parse().ok()?;
-    Some(user_ticks + system_ticks)
+    Some((user_ticks, system_ticks))
 }
 
 fn parse_kib_field(text: &str, key: &str) -> Option<u64> {
@@ -271,8 +279,8 @@ mod tests {
     #[test]
     fn stat_cpu_ticks_skip_odd_command_names() {
         let stat = "4242 (del ay) q)) S 1 4242 4242 0 -1 4194560 500 0 0 0 1234 567 0 0 20 0 9 0 100 0 0";
-        assert_eq!(parse_stat_cpu_ticks(stat), Some(1234 + 567));
-        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+        assert_eq!(parse_stat_cpu_split(stat), Some((1234, 567)));
+        assert_eq!(parse_stat_cpu_split("garbage"), None);
     }
 
     #[test]
