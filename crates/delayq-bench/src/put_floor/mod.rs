@@ -90,7 +90,7 @@ pub(crate) fn run(args: &PutFloorArgs) -> BenchResult<()> {
         let listener = TcpListener::bind(&args.listen)
             .await
             .map_err(|error| BenchError::io(format!("listen on {}", args.listen), error))?;
-        println!("put-floor listening on {} (store {})", args.listen, args.store);
+        println!("put-floor listening on {}", args.listen);
         serve(listener, sender).await
     })
 }

@@ -180,7 +180,8 @@ fn open_mysql(url: &str, args: &PutFloorArgs) -> BenchResult<Store> {
         .enable_all()
         .build()
         .map_err(|error| BenchError::io("start the commit runtime", error))?;
-    let database = |error: sqlx::Error| BenchError::Invalid(format!("--store {url}: {error}"));
+    // The URLs may carry passwords, so the errors name the flags, not the URLs.
+    let database = |error: sqlx::Error| BenchError::Invalid(format!("--store: {error}"));
     let (connection, next, redis) = runtime.block_on(async {
         let mut connection = MySqlConnection::connect(url).await.map_err(database)?;
         sqlx::query("CREATE TABLE IF NOT EXISTS delayq_put_floor (id BIGINT PRIMARY KEY, record BLOB NOT NULL)")
