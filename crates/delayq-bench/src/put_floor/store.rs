@@ -195,8 +195,7 @@ fn open_mysql(url: &str, args: &PutFloorArgs) -> BenchResult<Store> {
         let redis = match &args.redis_url {
             None => None,
             Some(redis_url) => {
-                let failed =
-                    |error: redis::RedisError| BenchError::Invalid(format!("--redis-url {redis_url}: {error}"));
+                let failed = |error: redis::RedisError| BenchError::Invalid(format!("--redis-url: {error}"));
                 let client = redis::Client::open(redis_url.as_str()).map_err(failed)?;
                 Some(Scheduling {
                     connection: client.get_multiplexed_async_connection().await.map_err(failed)?,
