@@ -94,10 +94,14 @@ pub async fn remove_root(connect: &str, root: &str) {
     }
 }
 
+/// A role and the instant a recorder saw it.
+pub type Seen = (Instant, Role);
+
 /// Records every role a receiver sees (after the current one) until finished.
 pub struct RoleRecorder {
     stop: CancellationToken,
-    task: tokio::task::JoinHandle<Vec<(Instant, Role)>>,
+    seen: tokio::sync::watch::Receiver<Vec<Seen>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl RoleRecorder {
@@ -106,8 +110,13 @@ impl RoleRecorder {
         role.mark_unchanged();
         let stop = CancellationToken::new();
         let stopped = stop.clone();
+        let (record, seen) = tokio::sync::watch::channel(Vec::new());
         let task = tokio::spawn(async move {
-            let mut seen = Vec::new();
+            let push = |role: &mut tokio::sync::watch::Receiver<Role>| {
+                let now = Instant::now();
+                let latest = role.borrow_and_update().clone();
+                record.send_modify(|seen| seen.push((now, latest)));
+            };
             loop {
                 // A change already made is recorded before a stop is honoured:
                 // `finish` right after a role changed still sees that change.
@@ -115,20 +124,45 @@ impl RoleRecorder {
                     biased;
                     changed = role.changed() => {
                         if changed.is_err() {
-                            return seen;
+                            return;
                         }
-                        seen.push((Instant::now(), role.borrow_and_update().clone()));
+                        push(&mut role);
                     }
-                    () = stopped.cancelled() => return seen,
+                    () = stopped.cancelled() => {
+                        // A watch channel wakes its receivers one after another, so the
+                        // stop can arrive before the wakeup of a change made just before it.
+                        if role.has_changed().unwrap_or(false) {
+                            push(&mut role);
+                        }
+                        return;
+                    }
                 }
             }
         });
-        RoleRecorder { stop, task }
+        RoleRecorder { stop, seen, task }
+    }
+
+    /// Waits until the recorder has seen a role of `kind` and returns the first such
+    /// role with the instant it was seen.
+    ///
+    /// Waiting on the recorder itself, not on a receiver of its own, keeps the test from
+    /// going on before the recorder has the change.
+    pub async fn wait_kind(&mut self, kind: RoleKind) -> Seen {
+        let is_kind = |(_, role): &Seen| role.kind == kind;
+        let found = match tokio::time::timeout(DEADLINE, self.seen.wait_for(|seen| seen.iter().any(is_kind))).await {
+            Ok(Ok(seen)) => seen.iter().find(|seen| is_kind(seen)).cloned(),
+            Ok(Err(_)) => panic!("the recorder stopped while waiting for {kind:?}"),
+            Err(_) => None,
+        };
+        found.unwrap_or_else(|| {
+            panic!("timed out after {DEADLINE:?} waiting for {kind:?}, the recorder saw {:?}", *self.seen.borrow())
+        })
     }
 
     /// Stops recording and returns what was seen, with the time each role was seen.
-    pub async fn finish(self) -> Vec<(Instant, Role)> {
+    pub async fn finish(self) -> Vec<Seen> {
         self.stop.cancel();
-        self.task.await.unwrap()
+        self.task.await.unwrap();
+        self.seen.borrow().clone()
     }
 }
