@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{
-    config, remove_root, resign_all, start, unique_root, wait_kind, wait_role, zookeeper, RoleRecorder, DEADLINE,
+    config, remove_root, resign_all, start, unique_root, wait_kind, wait_watch, zookeeper, RoleRecorder, DEADLINE,
 };
 use delayq_ha::{Leadership, RoleKind, ZkConfig, ZookeeperLeadership};
 use delayq_testkit::eventually;
@@ -20,7 +20,7 @@ async fn start_in_order(connect: &str, root: &str, names: &[&str]) -> Vec<Zookee
     for name in names {
         let candidate = start(config(connect, root, name)).await;
         let mut role = candidate.role();
-        wait_role(&mut role, "a settled role", |role| role.kind != RoleKind::Disconnected).await;
+        wait_watch(&mut role, "a settled role", |role| role.kind != RoleKind::Disconnected).await;
         candidates.push(candidate);
     }
     candidates

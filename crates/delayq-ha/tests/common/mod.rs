@@ -44,23 +44,24 @@ pub async fn start(config: ZkConfig) -> ZookeeperLeadership {
     ZookeeperLeadership::start(config, CancellationToken::new()).await.unwrap()
 }
 
-/// Waits until `role` satisfies `accept` and returns that role.
-pub async fn wait_role(
-    role: &mut tokio::sync::watch::Receiver<Role>,
+/// Waits until the value of `watch` (a role, or a recorder's history) satisfies
+/// `accept` and returns that value.
+pub async fn wait_watch<T: Clone + std::fmt::Debug>(
+    watch: &mut tokio::sync::watch::Receiver<T>,
     what: &str,
-    accept: impl FnMut(&Role) -> bool,
-) -> Role {
-    let found = match tokio::time::timeout(DEADLINE, role.wait_for(accept)).await {
+    accept: impl FnMut(&T) -> bool,
+) -> T {
+    let found = match tokio::time::timeout(DEADLINE, watch.wait_for(accept)).await {
         Ok(Ok(found)) => Some(found.clone()),
-        Ok(Err(_)) => panic!("role channel closed while waiting for {what}"),
+        Ok(Err(_)) => panic!("channel closed while waiting for {what}"),
         Err(_) => None,
     };
-    found.unwrap_or_else(|| panic!("timed out after {DEADLINE:?} waiting for {what}, last role {:?}", *role.borrow()))
+    found.unwrap_or_else(|| panic!("timed out after {DEADLINE:?} waiting for {what}, last value {:?}", *watch.borrow()))
 }
 
 /// Waits until `role` is `kind`.
 pub async fn wait_kind(role: &mut tokio::sync::watch::Receiver<Role>, kind: RoleKind) -> Role {
-    wait_role(role, &format!("{kind:?}"), |role| role.kind == kind).await
+    wait_watch(role, &format!("{kind:?}"), |role| role.kind == kind).await
 }
 
 /// Runs `future` and returns how long it took.
@@ -149,14 +150,9 @@ impl RoleRecorder {
     /// going on before the recorder has the change.
     pub async fn wait_kind(&mut self, kind: RoleKind) -> Seen {
         let is_kind = |(_, role): &Seen| role.kind == kind;
-        let found = match tokio::time::timeout(DEADLINE, self.seen.wait_for(|seen| seen.iter().any(is_kind))).await {
-            Ok(Ok(seen)) => seen.iter().find(|seen| is_kind(seen)).cloned(),
-            Ok(Err(_)) => panic!("the recorder stopped while waiting for {kind:?}"),
-            Err(_) => None,
-        };
-        found.unwrap_or_else(|| {
-            panic!("timed out after {DEADLINE:?} waiting for {kind:?}, the recorder saw {:?}", *self.seen.borrow())
-        })
+        let what = format!("{kind:?} on the recorder");
+        let seen = wait_watch(&mut self.seen, &what, |seen| seen.iter().any(is_kind)).await;
+        seen.into_iter().find(is_kind).unwrap()
     }
 
     /// Stops recording and returns what was seen, with the time each role was seen.
